@@ -1,0 +1,100 @@
+/* rankmem: constructors of the built-in resources. Each returns a resource
+ * with one reference; rankmem_resource_release() drops it. Device resources
+ * record the device current at creation. In a build without CUDA, or on a
+ * machine without a GPU, the device constructors fail with
+ * RANKMEM_ERR_NOT_SUPPORTED or RANKMEM_ERR_NO_DEVICE. */
+#ifndef RANKMEM_RESOURCES_H
+#define RANKMEM_RESOURCES_H
+
+#include <stddef.h>
+#include <rankmem/export.h>
+#include <rankmem/status.h>
+#include <rankmem/resource.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Host memory from malloc; ignores streams. Thread-safe. */
+RANKMEM_API rankmem_status_t rankmem_system_create(rankmem_resource_t **mr_p);
+
+/* cudaMalloc/cudaFree on the current device (synchronous; streams ignored). */
+RANKMEM_API rankmem_status_t rankmem_cuda_create(rankmem_resource_t **mr_p);
+
+/* cudaMallocManaged (cudaMemAttachGlobal); host- and device-accessible. */
+RANKMEM_API rankmem_status_t rankmem_managed_create(rankmem_resource_t **mr_p);
+
+/* cudaHostAlloc (portable, mapped); host- and device-accessible. */
+RANKMEM_API rankmem_status_t rankmem_pinned_create(rankmem_resource_t **mr_p);
+
+/* Export handle types for a new stream-ordered pool (cudaMemAllocationHandleType). */
+#define RANKMEM_HANDLE_NONE 0x0
+#define RANKMEM_HANDLE_POSIX_FD 0x1
+#define RANKMEM_HANDLE_FABRIC 0x8
+
+typedef struct rankmem_async_params {
+    size_t size;              /* sizeof(rankmem_async_params_t) */
+    int use_default_pool;     /* nonzero: the device's default pool; the rest is ignored */
+    size_t initial_pool_size; /* bytes reserved at creation (allocated and freed once) */
+    size_t release_threshold; /* bytes the pool keeps at synchronisation; SIZE_MAX = all */
+    int handle_type;          /* RANKMEM_HANDLE_* */
+} rankmem_async_params_t;
+
+/* Default params: a new pool, no initial size, release threshold SIZE_MAX,
+ * no export handle. */
+RANKMEM_API rankmem_status_t rankmem_async_params_default(rankmem_async_params_t *params_p);
+
+/* cudaMallocAsync / cudaFreeAsync. params NULL: the device's default pool.
+ * Queries: RESERVED_CURRENT/HIGH, USED_CURRENT/HIGH; trim keeps keep_bytes. */
+RANKMEM_API rankmem_status_t rankmem_async_create(const rankmem_async_params_t *params,
+                                                  rankmem_resource_t **mr_p);
+
+/* Same type as cudaMemPool_t. */
+typedef struct CUmemPoolHandle_st *rankmem_mempool_t;
+
+/* Wraps an existing cudaMemPool_t that the caller keeps alive and destroys. */
+RANKMEM_API rankmem_status_t rankmem_async_view_create(rankmem_mempool_t pool,
+                                                       rankmem_resource_t **mr_p);
+
+/* The cudaMemPool_t behind an async or async_view resource. */
+RANKMEM_API rankmem_status_t rankmem_async_pool_handle(rankmem_resource_t *mr,
+                                                       rankmem_mempool_t *pool_p);
+
+/* User functions. alloc must return memory aligned to alignment (or fail with
+ * a status); props says where the memory lives. arg is passed to both. */
+typedef rankmem_status_t (*rankmem_alloc_fn)(void *arg, size_t bytes, size_t alignment,
+                                             rankmem_stream_t stream, void **ptr_p);
+typedef rankmem_status_t (*rankmem_free_fn)(void *arg, void *ptr, size_t bytes, size_t alignment,
+                                            rankmem_stream_t stream);
+RANKMEM_API rankmem_status_t rankmem_callback_create(rankmem_alloc_fn alloc_fn,
+                                                     rankmem_free_fn free_fn, void *arg,
+                                                     unsigned props, rankmem_resource_t **mr_p);
+
+/* Coalescing best-fit pool over any upstream. */
+typedef struct rankmem_pool_params {
+    size_t size;          /* sizeof(rankmem_pool_params_t) */
+    size_t initial_size;  /* first chunk taken from upstream; 0 = none until needed */
+    size_t maximum_size;  /* total bytes the pool may hold; SIZE_MAX = unbounded */
+    size_t growth_size;   /* minimum chunk when growing; 0 = double what is held */
+} rankmem_pool_params_t;
+
+/* Default params: initial 0, maximum SIZE_MAX, growth 0 (geometric). */
+RANKMEM_API rankmem_status_t rankmem_pool_params_default(rankmem_pool_params_t *params_p);
+
+/* params NULL = defaults. The pool retains upstream. Thread-safe and
+ * stream-ordered: per-stream free lists, events to reuse blocks across
+ * streams (device-accessible upstreams only), and a synchronise-and-merge
+ * before it grows. */
+RANKMEM_API rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
+                                                 const rankmem_pool_params_t *params,
+                                                 rankmem_resource_t **mr_p);
+
+/* Call before destroying a stream the pool has seen: waits for the stream's
+ * work and moves its free blocks to the default stream's list. */
+RANKMEM_API rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *pool,
+                                                        rankmem_stream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

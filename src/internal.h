@@ -1,0 +1,60 @@
+/* rankmem internals shared between the library's files. Never installed.
+ * Everything declared here has hidden visibility (the library is built with
+ * -fvisibility=hidden; only RANKMEM_API symbols are exported). */
+#ifndef RANKMEM_INTERNAL_H
+#define RANKMEM_INTERNAL_H
+
+#include "config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <rankmem.h>
+
+#define RK_HIDDEN __attribute__((visibility("hidden")))
+#define RK_LIKELY(x) __builtin_expect(!!(x), 1)
+#define RK_UNLIKELY(x) __builtin_expect(!!(x), 0)
+#define RK_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* Record the calling thread's detailed error and return status, so that a
+ * failure path reads: return rk_error(RANKMEM_ERR_..., "pool: %zu bytes ...", n); */
+RK_HIDDEN rankmem_status_t rk_error(rankmem_status_t status, const char *fmt, ...) RK_PRINTF(2, 3);
+
+/* Round up to a multiple of a power of two. Caller guarantees no overflow. */
+static inline size_t rk_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
+static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
+
+/* Allocate and fill the header of a built-in resource of struct size
+ * struct_size (zeroed). On failure nothing is left allocated. */
+RK_HIDDEN rankmem_status_t rk_resource_new(size_t struct_size, const rankmem_resource_ops_t *ops,
+                                           unsigned props, rankmem_resource_t *upstream,
+                                           rankmem_resource_t **mr_p);
+
+/* ---- GPU runtime (gpu.c). All of these work, as "no GPU", in a build
+ * without CUDA and on a machine where the runtime fails to initialise. ---- */
+
+/* Number of usable devices, detected once; 0 when there is no GPU (any
+ * cudaGetDeviceCount failure counts as none). */
+RK_HIDDEN int rk_gpu_count(void);
+/* Current device, or RANKMEM_DEVICE_HOST when there is no GPU. */
+RK_HIDDEN int rk_gpu_current(void);
+/* Why there is no GPU ("" when there is one). */
+RK_HIDDEN const char *rk_gpu_absent_reason(void);
+
+/* Make `waiter` wait for all work submitted to `from` so far: records *event_p
+ * (created on first use, timing disabled) on `from`, then cudaStreamWaitEvent.
+ * No-op without a GPU. */
+RK_HIDDEN rankmem_status_t rk_gpu_stream_wait(rankmem_stream_t waiter, rankmem_stream_t from,
+                                              void **event_p);
+/* Block the host until `stream`'s work is done. No-op without a GPU. */
+RK_HIDDEN rankmem_status_t rk_gpu_stream_sync(rankmem_stream_t stream);
+/* Destroy an event made by rk_gpu_stream_wait (NULL is fine). */
+RK_HIDDEN void rk_gpu_event_destroy(void *event);
+
+/* Create the device resources (cuda.c, async.c, managed.c, pinned.c) report
+ * errors through these. cuda_err is a cudaError_t. */
+RK_HIDDEN rankmem_status_t rk_cuda_error(int cuda_err, const char *what, size_t bytes);
+
+/* The process-wide host resource (system), created once; borrowed pointer. */
+RK_HIDDEN rankmem_resource_t *rk_host_resource(void);
+
+#endif

@@ -1,0 +1,146 @@
+/* Per-device registry: the resource each device's allocations go to. Slots
+ * are read without a lock (atomic loads); the lock serialises the lazy
+ * creation of a device's first resource and every replacement. */
+#include "internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#if HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
+static rankmem_resource_t **slots; /* one per device; with no GPU, one for the host */
+static int nslots;
+
+static void registry_setup(void)
+{
+    int n = rk_gpu_count();
+    if (n == 0) {
+        /* Host-only runs are a supported mode, not an error: say it once. */
+        fprintf(stderr, "rankmem: no GPU (%s); the current resource is host memory\n",
+                rk_gpu_absent_reason());
+    }
+    nslots = n > 0 ? n : 1;
+    slots = calloc((size_t)nslots, sizeof *slots);
+    if (!slots)
+        nslots = 0;
+}
+
+static rankmem_status_t check_device(int device)
+{
+    pthread_once(&registry_once, registry_setup);
+    if (nslots == 0)
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "registry: cannot allocate its table");
+    if (device < 0 || device >= nslots)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "registry: device %d out of range [0, %d)",
+                        device, nslots);
+    return RANKMEM_SUCCESS;
+}
+
+/* The first resource of a device: cudaMalloc on that device, or host memory. */
+static rankmem_status_t make_initial(int device, rankmem_resource_t **mr_p)
+{
+    if (rk_gpu_count() == 0) {
+        *mr_p = rk_host_resource();
+        return rankmem_resource_retain(*mr_p);
+    }
+#if HAVE_CUDA
+    int old = 0;
+    cudaError_t err = cudaGetDevice(&old);
+    if (err == cudaSuccess && old != device)
+        err = cudaSetDevice(device);
+    if (err != cudaSuccess)
+        return rk_cuda_error(err, "registry: cudaSetDevice", 0);
+    rankmem_status_t st = rankmem_cuda_create(mr_p);
+    if (old != device)
+        cudaSetDevice(old);
+    return st;
+#else
+    return rk_error(RANKMEM_ERR_INTERNAL, "registry: GPU without CUDA");
+#endif
+}
+
+rankmem_status_t rankmem_device_count(int *count_p)
+{
+    if (!count_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_device_count: NULL output");
+    *count_p = rk_gpu_count();
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_current_device(int *device_p)
+{
+    if (!device_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_current_device: NULL output");
+    int d = rk_gpu_current();
+    *device_p = d == RANKMEM_DEVICE_HOST ? 0 : d;
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_get_device_resource(int device, rankmem_resource_t **mr_p)
+{
+    if (!mr_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_get_device_resource: NULL output");
+    rankmem_status_t st = check_device(device);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    rankmem_resource_t *mr = __atomic_load_n(&slots[device], __ATOMIC_ACQUIRE);
+    if (RK_LIKELY(mr != NULL)) {
+        *mr_p = mr;
+        return RANKMEM_SUCCESS;
+    }
+    pthread_mutex_lock(&registry_lock);
+    mr = slots[device];
+    if (!mr) {
+        st = make_initial(device, &mr);
+        if (st == RANKMEM_SUCCESS)
+            __atomic_store_n(&slots[device], mr, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    if (st == RANKMEM_SUCCESS)
+        *mr_p = mr;
+    return st;
+}
+
+rankmem_status_t rankmem_set_device_resource(int device, rankmem_resource_t *mr)
+{
+    if (!mr)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_set_device_resource: NULL resource");
+    rankmem_status_t st = check_device(device);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    /* A device resource belongs to the device it was made on. */
+    if ((mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && mr->device != RANKMEM_DEVICE_HOST &&
+        mr->device != device)
+        return rk_error(RANKMEM_ERR_WRONG_DEVICE,
+                        "rankmem_set_device_resource: resource '%s' of device %d given for "
+                        "device %d",
+                        mr->ops->name, mr->device, device);
+    st = rankmem_resource_retain(mr);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    pthread_mutex_lock(&registry_lock);
+    rankmem_resource_t *old = slots[device];
+    __atomic_store_n(&slots[device], mr, __ATOMIC_RELEASE);
+    pthread_mutex_unlock(&registry_lock);
+    if (old)
+        rankmem_resource_release(old);
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_get_current_resource(rankmem_resource_t **mr_p)
+{
+    int d;
+    rankmem_current_device(&d);
+    return rankmem_get_device_resource(d, mr_p);
+}
+
+rankmem_status_t rankmem_set_current_resource(rankmem_resource_t *mr)
+{
+    int d;
+    rankmem_current_device(&d);
+    return rankmem_set_device_resource(d, mr);
+}

@@ -1,0 +1,227 @@
+/* The resource interface: dispatchers and their bad inputs, the system and
+ * callback resources, user resources, retain/release lifetimes, the registry. */
+#include <stdint.h>
+#include <string.h>
+#include <rankmem.h>
+#include "tap.h"
+#include "counting.h"
+
+static int cb_calls;
+static rankmem_status_t cb_alloc(void *arg, size_t bytes, size_t alignment,
+                                 rankmem_stream_t stream, void **ptr_p)
+{
+    (void)stream;
+    cb_calls++;
+    if (arg != (void *)&cb_calls)
+        return RANKMEM_ERR_INTERNAL;
+    return posix_memalign(ptr_p, alignment, bytes) ? RANKMEM_ERR_OUT_OF_MEMORY : RANKMEM_SUCCESS;
+}
+static rankmem_status_t cb_free(void *arg, void *ptr, size_t bytes, size_t alignment,
+                                rankmem_stream_t stream)
+{
+    (void)arg, (void)bytes, (void)alignment, (void)stream;
+    cb_calls++;
+    free(ptr);
+    return RANKMEM_SUCCESS;
+}
+/* Claims success with a misaligned pointer: the library must catch it. */
+static char misaligned_buf[4096];
+static int misaligned_freed;
+static rankmem_status_t bad_alloc(void *arg, size_t bytes, size_t alignment,
+                                  rankmem_stream_t stream, void **ptr_p)
+{
+    (void)arg, (void)bytes, (void)alignment, (void)stream;
+    *ptr_p = (char *)(((uintptr_t)misaligned_buf + 255) & ~(uintptr_t)255) + 8;
+    return RANKMEM_SUCCESS;
+}
+static rankmem_status_t bad_free(void *arg, void *ptr, size_t bytes, size_t alignment,
+                                 rankmem_stream_t stream)
+{
+    (void)arg, (void)ptr, (void)bytes, (void)alignment, (void)stream;
+    misaligned_freed++;
+    return RANKMEM_SUCCESS;
+}
+
+static void test_dispatch_bad_inputs(rankmem_resource_t *sys)
+{
+    void *p = (void *)0x1;
+    is_status(rankmem_allocate(NULL, 64, 0, &p), RANKMEM_ERR_INVALID_ARGUMENT, "allocate: NULL resource");
+    is_status(rankmem_allocate(sys, 64, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "allocate: NULL output");
+    is_status(rankmem_allocate(sys, 0, 0, &p), RANKMEM_ERR_INVALID_ARGUMENT, "allocate: 0 bytes");
+    is_status(rankmem_allocate(sys, SIZE_MAX, 0, &p), RANKMEM_ERR_OUT_OF_MEMORY, "allocate: SIZE_MAX bytes");
+    is_status(rankmem_allocate(sys, 64, 48, &p), RANKMEM_ERR_INVALID_ARGUMENT, "allocate: alignment 48");
+    is_status(rankmem_allocate(sys, 64, SIZE_MAX, &p), RANKMEM_ERR_INVALID_ARGUMENT, "allocate: alignment SIZE_MAX");
+    ok(p == (void *)0x1, "failed allocations leave the output alone");
+    is_status(rankmem_deallocate(NULL, p, 64, 0), RANKMEM_ERR_INVALID_ARGUMENT, "deallocate: NULL resource");
+    is_status(rankmem_deallocate(sys, NULL, 64, 0), RANKMEM_ERR_INVALID_POINTER, "deallocate: NULL pointer");
+    is_status(rankmem_deallocate(sys, p, 64, 12), RANKMEM_ERR_INVALID_ARGUMENT, "deallocate: alignment 12");
+    size_t v;
+    is_status(rankmem_resource_query(sys, RANKMEM_QUERY_USED_CURRENT, &v), RANKMEM_ERR_NOT_SUPPORTED, "system: no queries");
+    is_status(rankmem_resource_query(NULL, RANKMEM_QUERY_USED_CURRENT, &v), RANKMEM_ERR_INVALID_ARGUMENT, "query: NULL resource");
+    is_status(rankmem_resource_query(sys, RANKMEM_QUERY_USED_CURRENT, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "query: NULL output");
+    is_status(rankmem_resource_trim(sys, 0), RANKMEM_SUCCESS, "trim of a resource without a cache is a no-op");
+    is_status(rankmem_resource_trim(NULL, 0), RANKMEM_ERR_INVALID_ARGUMENT, "trim: NULL resource");
+    const char *name = NULL;
+    is_status(rankmem_resource_name(NULL, &name), RANKMEM_ERR_INVALID_ARGUMENT, "name: NULL resource");
+    is_status(rankmem_resource_name(sys, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "name: NULL output");
+    int d;
+    rankmem_resource_t *up;
+    is_status(rankmem_resource_device(NULL, &d), RANKMEM_ERR_INVALID_ARGUMENT, "device: NULL resource");
+    is_status(rankmem_resource_properties(sys, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "properties: NULL output");
+    is_status(rankmem_resource_upstream(NULL, &up), RANKMEM_ERR_INVALID_ARGUMENT, "upstream: NULL resource");
+    int eq;
+    is_status(rankmem_resource_is_equal(sys, NULL, &eq), RANKMEM_ERR_INVALID_ARGUMENT, "is_equal: NULL resource");
+    is_status(rankmem_resource_retain(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "retain: NULL");
+    is_status(rankmem_resource_release(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "release: NULL");
+    is_status(rankmem_system_create(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "system_create: NULL output");
+}
+
+static void test_system(rankmem_resource_t *sys)
+{
+    const char *name;
+    int dev;
+    unsigned props;
+    rankmem_resource_name(sys, &name);
+    rankmem_resource_device(sys, &dev);
+    rankmem_resource_properties(sys, &props);
+    ok(strcmp(name, "system") == 0, "system resource is named 'system'");
+    ok(dev == RANKMEM_DEVICE_HOST, "system resource records the host as its device");
+    ok(props == RANKMEM_PROP_HOST_ACCESSIBLE, "system memory is host-accessible only");
+    size_t aligns[] = {0, 256, 4096, (size_t)1 << 20};
+    int good = 1;
+    for (int i = 0; i < 4; i++) {
+        void *p = NULL;
+        if (rankmem_allocate(sys, 1000, aligns[i], &p) != RANKMEM_SUCCESS || !p)
+            good = 0;
+        else {
+            size_t a = aligns[i] ? aligns[i] : RANKMEM_DEFAULT_ALIGNMENT;
+            if ((uintptr_t)p % a)
+                good = 0;
+            memset(p, 0xab, 1000);
+            if (rankmem_deallocate(sys, p, 1000, aligns[i]) != RANKMEM_SUCCESS)
+                good = 0;
+        }
+    }
+    ok(good, "system allocations honour alignments 0 (=256), 256, 4 KiB, 1 MiB");
+    void *p = NULL;
+    is_status(rankmem_allocate(sys, 64, 16, &p), RANKMEM_SUCCESS, "an alignment below 256 is raised to 256");
+    ok(p && (uintptr_t)p % 256 == 0, "and the pointer is 256-aligned");
+    rankmem_deallocate(sys, p, 64, 16);
+    rankmem_resource_t *sys2;
+    rankmem_system_create(&sys2);
+    int eq = 0;
+    rankmem_resource_is_equal(sys, sys2, &eq);
+    ok(eq == 1, "two system resources are equal");
+    rankmem_resource_release(sys2);
+}
+
+static void test_callback(void)
+{
+    rankmem_resource_t *cb = NULL;
+    is_status(rankmem_callback_create(NULL, cb_free, NULL, 0, &cb), RANKMEM_ERR_INVALID_ARGUMENT, "callback: NULL allocate function");
+    is_status(rankmem_callback_create(cb_alloc, NULL, NULL, 0, &cb), RANKMEM_ERR_INVALID_ARGUMENT, "callback: NULL free function");
+    is_status(rankmem_callback_create(cb_alloc, cb_free, NULL, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "callback: NULL output");
+    is_status(rankmem_callback_create(cb_alloc, cb_free, NULL, 0x100, &cb), RANKMEM_ERR_INVALID_ARGUMENT, "callback: unknown property bits");
+    ok(cb == NULL, "failed creations leave the output alone");
+    is_status(rankmem_callback_create(cb_alloc, cb_free, &cb_calls, RANKMEM_PROP_HOST_ACCESSIBLE, &cb), RANKMEM_SUCCESS, "callback resource created");
+    void *p = NULL;
+    is_status(rankmem_allocate(cb, 512, 0, &p), RANKMEM_SUCCESS, "callback allocate");
+    is_status(rankmem_deallocate(cb, p, 512, 0), RANKMEM_SUCCESS, "callback deallocate");
+    ok(cb_calls == 2, "both user functions ran, with their argument");
+    rankmem_resource_t *bad;
+    rankmem_callback_create(bad_alloc, bad_free, NULL, RANKMEM_PROP_HOST_ACCESSIBLE, &bad);
+    p = NULL;
+    is_status(rankmem_allocate(bad, 64, 0, &p), RANKMEM_ERR_INTERNAL, "a misaligned pointer from a callback is refused");
+    ok(p == NULL && misaligned_freed == 1, "and handed back to the callback's free");
+    int eq = 1;
+    rankmem_resource_is_equal(cb, bad, &eq);
+    ok(eq == 0, "callbacks with other functions are not equal");
+    is_status(rankmem_resource_release(bad), RANKMEM_SUCCESS, "release bad callback");
+    is_status(rankmem_resource_release(cb), RANKMEM_SUCCESS, "release callback");
+}
+
+static void test_user_resource_and_lifetime(void)
+{
+    counting_t bogus;
+    rankmem_resource_ops_t no_alloc = counting_ops;
+    no_alloc.allocate = NULL;
+    is_status(rankmem_resource_init(&bogus.base, &no_alloc, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "init: ops without allocate");
+    is_status(rankmem_resource_init(NULL, &counting_ops, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "init: NULL resource");
+    is_status(rankmem_resource_init(&bogus.base, NULL, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "init: NULL ops");
+
+    int up_gone = 0;
+    counting_t *c = counting_new(&up_gone);
+    rankmem_resource_t *pool = NULL;
+    is_status(rankmem_pool_create(&c->base, NULL, &pool), RANKMEM_SUCCESS, "pool over a user resource");
+    ok(c->base.refcount == 2, "the pool holds a reference on its upstream");
+    is_status(rankmem_resource_release(&c->base), RANKMEM_SUCCESS, "the creator drops its reference");
+    ok(!up_gone, "the upstream lives on while the pool uses it");
+    void *p;
+    is_status(rankmem_allocate(pool, 1000, 0, &p), RANKMEM_SUCCESS, "the pool allocates from it");
+    rankmem_deallocate(pool, p, 1000, 0);
+    rankmem_resource_t *up = NULL;
+    rankmem_resource_upstream(pool, &up);
+    ok(up == &c->base, "upstream() gives the upstream");
+    is_status(rankmem_resource_retain(pool), RANKMEM_SUCCESS, "retain the pool");
+    is_status(rankmem_resource_release(pool), RANKMEM_SUCCESS, "release once");
+    ok(!up_gone, "a retained chain stays alive");
+    ok(c->outstanding_blocks == 1, "the pool still holds its chunk");
+    is_status(rankmem_resource_release(pool), RANKMEM_SUCCESS, "release the last reference");
+    ok(up_gone, "the last release frees the whole chain, upstream included");
+}
+
+static void test_registry(void)
+{
+    int n = -1, dev = -1;
+    is_status(rankmem_device_count(&n), RANKMEM_SUCCESS, "device count");
+    is_status(rankmem_current_device(&dev), RANKMEM_SUCCESS, "current device");
+    is_status(rankmem_device_count(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "device count: NULL output");
+    is_status(rankmem_current_device(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "current device: NULL output");
+    rankmem_resource_t *cur = NULL;
+    is_status(rankmem_get_current_resource(&cur), RANKMEM_SUCCESS, "current resource");
+    const char *name = "";
+    rankmem_resource_name(cur, &name);
+    if (n == 0) {
+        ok(strcmp(name, "system") == 0, "with no GPU the current resource is host memory (%s)", name);
+        ok(dev == 0, "with no GPU the current device reads 0");
+    } else {
+        ok(strcmp(name, "cuda") == 0, "a device's first resource is cudaMalloc (%s)", name);
+        int rdev = -2;
+        rankmem_resource_device(cur, &rdev);
+        ok(rdev == dev, "on the current device (%d)", rdev);
+    }
+    rankmem_resource_t *again = NULL;
+    rankmem_get_device_resource(dev, &again);
+    ok(again == cur, "the current device's resource is the current resource");
+    is_status(rankmem_get_device_resource(n > 0 ? n : 1, &again), RANKMEM_ERR_INVALID_ARGUMENT, "device out of range");
+    is_status(rankmem_get_device_resource(-1, &again), RANKMEM_ERR_INVALID_ARGUMENT, "negative device");
+    is_status(rankmem_get_current_resource(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "get: NULL output");
+    is_status(rankmem_set_current_resource(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "set: NULL resource");
+
+    rankmem_resource_retain(cur); /* keep the old one to put back */
+    rankmem_resource_t *pool;
+    rankmem_pool_create(cur, NULL, &pool);
+    is_status(rankmem_set_current_resource(pool), RANKMEM_SUCCESS, "set a pool as current");
+    rankmem_resource_t *got = NULL;
+    rankmem_get_current_resource(&got);
+    ok(got == pool, "get returns what was set");
+    ok(pool->refcount == 2, "the registry holds a reference");
+    is_status(rankmem_set_current_resource(cur), RANKMEM_SUCCESS, "put the first one back");
+    ok(pool->refcount == 1, "the registry dropped its reference on the pool");
+    rankmem_resource_release(pool);
+    rankmem_resource_release(cur);
+}
+
+int main(void)
+{
+    rankmem_resource_t *sys = NULL;
+    if (rankmem_system_create(&sys) != RANKMEM_SUCCESS)
+        BAIL_OUT("cannot create the system resource: %s", rankmem_last_error());
+    test_dispatch_bad_inputs(sys);
+    test_system(sys);
+    test_callback();
+    test_user_resource_and_lifetime();
+    test_registry();
+    is_status(rankmem_resource_release(sys), RANKMEM_SUCCESS, "release system");
+    return tap_done();
+}
