@@ -181,7 +181,9 @@ rankmem_status_t rankmem_resource_is_equal(const rankmem_resource_t *a,
     if (!a || !b || !equal_p)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "is_equal: NULL argument");
     int eq = a == b;
-    if (!eq && a->ops == b->ops && HAS_OP(a, is_equal))
+    /* Resources of different types may share a backing store (async and
+     * async_view over one pool): ask when both use the same comparison. */
+    if (!eq && HAS_OP(a, is_equal) && HAS_OP(b, is_equal) && a->ops->is_equal == b->ops->is_equal)
         eq = a->ops->is_equal(a, b) != 0;
     *equal_p = eq;
     return RANKMEM_SUCCESS;
