@@ -6,6 +6,8 @@
 #include <rankmem/status.h>
 #include <rankmem/resource.h>
 #include <rankmem/resources.h>
+#include <rankmem/adaptors.h>
+#include <rankmem/config.h>
 
 #define RANKMEM_VERSION_MAJOR 0
 #define RANKMEM_VERSION_MINOR 1

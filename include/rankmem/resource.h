@@ -41,7 +41,8 @@ typedef enum rankmem_query {
     RANKMEM_QUERY_USED_HIGH = 3,        /* high-water mark of the above */
     RANKMEM_QUERY_POOL_MAX = 4,         /* maximum pool size; SIZE_MAX if unbounded */
     RANKMEM_QUERY_LIVE_COUNT = 5,       /* number of live allocations */
-    RANKMEM_QUERY_FREE_BLOCKS = 6       /* number of free blocks (fragmentation) */
+    RANKMEM_QUERY_FREE_BLOCKS = 6,      /* number of free blocks (fragmentation) */
+    RANKMEM_QUERY_LIMIT = 7             /* byte limit of a limit adaptor */
 } rankmem_query_t;
 
 typedef struct rankmem_resource_ops {
@@ -65,6 +66,10 @@ typedef struct rankmem_resource_ops {
      * resource holds and the struct itself. The dispatcher then releases the
      * upstream. Returns RANKMEM_ERR_BUSY if live allocations were reclaimed. */
     rankmem_status_t (*finalize)(rankmem_resource_t *mr);
+    /* Optional: this resource alone in spec syntax ("pool(initial=1GiB)"),
+     * written as by snprintf (returns the length it needs, or -1). Without
+     * it the resource is described by its name. */
+    int (*describe)(const rankmem_resource_t *mr, char *buf, size_t len);
 } rankmem_resource_ops_t;
 
 /* The common header. Embed it first in your own resource, fill an ops table,
