@@ -13,10 +13,11 @@
  * next non-empty class), so a best fit within the request's class, or the
  * first block of the next non-empty class, is found in constant time.
  *
- * When S's list has nothing that fits, the pool takes a block from another
- * stream T's list and makes S wait for T's work so far (one event record and
- * one stream wait: no CUDA call happens on the path served from S's own
- * list). If no single list has a fit but the lists together hold enough, it
+ * When S's list has nothing that fits, the pool takes a block from the
+ * stream T with the most free memory and makes S wait for T's work so far
+ * (one event record and one stream wait: no CUDA call happens on the path
+ * served from S's own list). S keeps a grant of up to STEAL_GRANT bytes of
+ * that block, so a new stream pays this once, not on every request. If no single list has a fit but the lists together hold enough, it
  * synchronises those streams and merges their blocks into S's list, where
  * neighbours coalesce; only then does it grow by asking the upstream for a
  * new chunk. Host-only upstreams have no streams to order: there the same
@@ -39,6 +40,7 @@
 #define BEST_FIT_SCAN 16   /* blocks examined in the request's own class */
 #define DESC_SLAB 256      /* descriptors allocated together */
 #define MIN_GROWTH ((size_t)2 << 20)
+#define STEAL_GRANT ((size_t)64 << 20) /* what a stream keeps when it takes from another */
 #define MAX_GEOMETRIC_GROWTH ((size_t)4 << 30)
 
 typedef struct blk blk_t;
@@ -369,23 +371,33 @@ static rankmem_status_t find_block(pool_t *p, slist_t *s, size_t bytes, size_t a
         *from = s;
         return RANKMEM_SUCCESS;
     }
+    /* Take from the stream with the most free memory: it is the least likely
+     * to need the block back, and the grant (below) then leaves s stocked. */
     size_t others = 0;
+    slist_t *donor = NULL;
+    blk_t *found = NULL;
     for (size_t i = 0; i < p->nlists; i++) {
         slist_t *t = p->lists[i];
         if (t == s || !t->nfree)
             continue;
         others += t->free_bytes;
+        if (donor && t->free_bytes <= donor->free_bytes)
+            continue;
         b = list_find(t, bytes, alignment);
         if (b) {
-            if (p->use_events) {
-                rankmem_status_t st = rk_gpu_stream_wait(s->stream, t->stream, &t->event);
-                if (st != RANKMEM_SUCCESS)
-                    return st;
-            }
-            *b_p = b;
-            *from = t;
-            return RANKMEM_SUCCESS;
+            donor = t;
+            found = b;
         }
+    }
+    if (found) {
+        if (p->use_events) {
+            rankmem_status_t st = rk_gpu_stream_wait(s->stream, donor->stream, &donor->event);
+            if (st != RANKMEM_SUCCESS)
+                return st;
+        }
+        *b_p = found;
+        *from = donor;
+        return RANKMEM_SUCCESS;
     }
     /* Last resort before growing: blocks of several streams may coalesce. */
     if (others && others + s->free_bytes >= bytes) {
@@ -436,8 +448,22 @@ static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
         goto out;
     list_remove(from, b);
+    if (from != s) {
+        /* Taken from another stream after waiting for it: s keeps a grant of
+         * up to STEAL_GRANT (its next requests are then served from its own
+         * list, with no more events); the rest stays with the donor. */
+        size_t grant = rounded + alignment - UNIT;
+        if (grant < STEAL_GRANT)
+            grant = STEAL_GRANT;
+        if (b->size > grant && !split_back(p, from, b, grant)) {
+            free_into(p, from, b);
+            st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
+            goto out;
+        }
+        from = s;
+    }
     size_t pad = (size_t)(-(uintptr_t)b->ptr & (alignment - 1));
-    /* Leftovers stay in the list they came from: still ordered on that stream. */
+    /* Leftovers stay in the list they came from: ordered on that stream. */
     if ((pad && !split_front(p, from, b, pad)) ||
         (b->size > rounded && !split_back(p, from, b, rounded))) {
         free_into(p, from, b);
