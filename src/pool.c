@@ -1,11 +1,11 @@
 /* pool: a coalescing, stream-ordered best-fit suballocator over any upstream.
  *
  * Device memory has no room for headers, so every block is described by a
- * host-side descriptor: its address range, its physical neighbours inside the
- * chunk it was cut from (address order, for coalescing) and, while free, the
- * free list it sits in. A pointer-keyed hash map finds the descriptor of a
- * live block on deallocate; a pointer it does not know (double free, foreign
- * or interior pointer) is refused before anything is touched.
+ * host-side descriptor: its address range, its physical neighbours (address
+ * order, for coalescing) and, while free, the free list it sits in. A
+ * pointer-keyed hash map finds the descriptor of a live block on deallocate;
+ * a pointer it does not know (double free, foreign or interior pointer) is
+ * refused before anything is touched.
  *
  * Free blocks live in one list per stream: a block freed on stream S may be
  * reused by S at once, in stream order. Each list is segregated by size class
@@ -13,22 +13,30 @@
  * next non-empty class), so a best fit within the request's class, or the
  * first block of the next non-empty class, is found in constant time.
  *
- * When S's list has nothing that fits, the pool takes a block from the
- * stream T with the most free memory and makes S wait for T's work so far
- * (one event record and one stream wait: no CUDA call happens on the path
- * served from S's own list). S keeps a grant of up to STEAL_GRANT bytes of
- * that block, so a new stream pays this once, not on every request. If no single list has a fit but the lists together hold enough, it
- * synchronises those streams and merges their blocks into S's list, where
- * neighbours coalesce; only then does it grow by asking the upstream for a
- * new chunk. Host-only upstreams have no streams to order: there the same
- * moves are free.
+ * Threads scale through shards: each thread works in one of NSHARDS shards
+ * (its own while there are no more threads than shards), each with its own
+ * lock, stream lists, live map and descriptors. A block's neighbours are
+ * always in the same shard, so coalescing never takes two locks. Memory
+ * moves between shards as whole regions cut out of a free block.
  *
- * One lock per pool guards everything; it is an adaptive mutex (spins briefly
- * before sleeping), held for a few dozen nanoseconds per call. */
+ * When nothing in S's list fits, in order of cost:
+ *  1. a block of another stream's list in the same shard: S waits for that
+ *     stream's work so far (one event record and one stream wait), and keeps
+ *     a grant of the block so that it pays this once, not per request;
+ *  2. a region cut from a free block of another shard (same event rule);
+ *  3. synchronise the shard's other streams and merge their blocks into S's
+ *     list, where neighbours coalesce (last resort before growing);
+ *  4. a new chunk from the upstream;
+ *  5. if the upstream refuses: synchronise everything, merge the free blocks
+ *     of all shards, coalescing across them, and look again.
+ * No CUDA call happens on the path served from S's own list. Over a host
+ * upstream streams are only labels: the same moves cost no CUDA call. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "config_internal.h"
 #include "ptrmap.h"
 
+#include <limits.h>
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -37,11 +45,12 @@
 #define UNIT RANKMEM_DEFAULT_ALIGNMENT /* block sizes are multiples of this */
 #define NCLASS 448
 #define NWORDS (NCLASS / 64)
-#define BEST_FIT_SCAN 16   /* blocks examined in the request's own class */
-#define DESC_SLAB 256      /* descriptors allocated together */
+#define BEST_FIT_SCAN 16 /* blocks examined in the request's own class */
+#define DESC_SLAB 256    /* descriptors allocated together */
+#define NSHARDS 32       /* a power of two */
 #define MIN_GROWTH ((size_t)2 << 20)
-#define STEAL_GRANT ((size_t)64 << 20) /* what a stream keeps when it takes from another */
 #define MAX_GEOMETRIC_GROWTH ((size_t)4 << 30)
+#define MAX_GRANT ((size_t)64 << 20) /* what a stream or shard keeps when it takes memory */
 
 typedef struct blk blk_t;
 typedef struct slist slist_t;
@@ -49,7 +58,7 @@ typedef struct slist slist_t;
 struct blk {
     char *ptr;
     size_t size;
-    blk_t *prev, *next;   /* physical neighbours in the chunk; NULL at its ends */
+    blk_t *prev, *next;   /* physical neighbours; NULL at a chunk's or region's ends */
     blk_t *fprev, *fnext; /* free-list links (also the spare-descriptor chain) */
     slist_t *owner;       /* the free list holding it; NULL while allocated */
     size_t req;           /* bytes the user asked for, while allocated */
@@ -74,20 +83,26 @@ typedef struct desc_slab {
     blk_t d[DESC_SLAB];
 } desc_slab_t;
 
-typedef struct {
-    rankmem_resource_t base;
+typedef struct shard {
     pthread_mutex_t lock;
-    size_t initial, maximum, growth;
-    int use_events; /* upstream memory is used by kernels: order streams with events */
-    size_t held, held_high, used, used_high, live;
-    slist_t **lists; /* lists[0] is the default stream's */
+    slist_t **lists;
     size_t nlists, cap_lists;
     slist_t *hint; /* the list used last: consecutive calls mostly use one stream */
-    chunk_t *chunks;
-    size_t nchunks, cap_chunks;
     rk_ptrmap_t live_map;
     blk_t *spare;
     desc_slab_t *slabs;
+    size_t used, used_high, live;
+} __attribute__((aligned(64))) shard_t; /* one cache line apart: no false sharing */
+
+typedef struct {
+    rankmem_resource_t base;
+    size_t initial, maximum, growth;
+    int use_events; /* upstream memory is used by kernels: order streams with events */
+    pthread_mutex_t grow_lock; /* chunks, held, held_high */
+    chunk_t *chunks;
+    size_t nchunks, cap_chunks;
+    size_t held, held_high;
+    shard_t *shards; /* NSHARDS, 64-byte aligned */
 } pool_t;
 
 /* ---- size classes ---- */
@@ -178,7 +193,7 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
 
 /* ---- descriptors ---- */
 
-static blk_t *desc_new(pool_t *p)
+static blk_t *desc_new(shard_t *p)
 {
     if (RK_UNLIKELY(!p->spare)) {
         desc_slab_t *s = malloc(sizeof *s);
@@ -197,7 +212,7 @@ static blk_t *desc_new(pool_t *p)
     return b;
 }
 
-static inline void desc_free(pool_t *p, blk_t *b)
+static inline void desc_free(shard_t *p, blk_t *b)
 {
     b->fnext = p->spare;
     p->spare = b;
@@ -205,7 +220,7 @@ static inline void desc_free(pool_t *p, blk_t *b)
 
 /* ---- stream lists ---- */
 
-static slist_t *list_for(pool_t *p, rankmem_stream_t stream, int create)
+static slist_t *list_for(shard_t *p, rankmem_stream_t stream, int create)
 {
     if (RK_LIKELY(p->hint != NULL && p->hint->stream == stream))
         return p->hint;
@@ -231,7 +246,7 @@ static slist_t *list_for(pool_t *p, rankmem_stream_t stream, int create)
 }
 
 /* Put b (not in any list) into l, merging with free neighbours of the same list. */
-static void free_into(pool_t *p, slist_t *l, blk_t *b)
+static void free_into(shard_t *p, slist_t *l, blk_t *b)
 {
     blk_t *n = b->next;
     if (n && n->owner == l) {
@@ -257,7 +272,7 @@ static void free_into(pool_t *p, slist_t *l, blk_t *b)
 
 /* Cut [b->ptr + off, + len) out of b as a free block of list l placed before
  * (front) or after b. Returns 0 when out of descriptors (b is unchanged). */
-static int split_front(pool_t *p, slist_t *l, blk_t *b, size_t len)
+static int split_front(shard_t *p, slist_t *l, blk_t *b, size_t len)
 {
     blk_t *f = desc_new(p);
     if (!f)
@@ -275,7 +290,7 @@ static int split_front(pool_t *p, slist_t *l, blk_t *b, size_t len)
     return 1;
 }
 
-static int split_back(pool_t *p, slist_t *l, blk_t *b, size_t keep)
+static int split_back(shard_t *p, slist_t *l, blk_t *b, size_t keep)
 {
     blk_t *t = desc_new(p);
     if (!t)
@@ -293,7 +308,7 @@ static int split_back(pool_t *p, slist_t *l, blk_t *b, size_t keep)
 }
 
 /* Move every free block of `from` into `to`, coalescing on the way. */
-static void merge_lists(pool_t *p, slist_t *to, slist_t *from)
+static void merge_lists(shard_t *p, slist_t *to, slist_t *from)
 {
     for (unsigned c = next_class(from, 0); c < NCLASS; c = next_class(from, c)) {
         blk_t *b = from->heads[c];
@@ -302,10 +317,240 @@ static void merge_lists(pool_t *p, slist_t *to, slist_t *from)
     }
 }
 
+/* ---- shards ---- */
+
+static unsigned next_thread_slot;
+static _Thread_local unsigned thread_slot = UINT_MAX;
+
+static inline shard_t *my_shard(pool_t *p)
+{
+    unsigned s = thread_slot;
+    if (RK_UNLIKELY(s == UINT_MAX))
+        s = thread_slot = __atomic_fetch_add(&next_thread_slot, 1, __ATOMIC_RELAXED);
+    return &p->shards[s & (NSHARDS - 1)];
+}
+
+static inline rankmem_status_t shard_ready(shard_t *sh)
+{
+    if (RK_LIKELY(sh->live_map.slots != NULL))
+        return RANKMEM_SUCCESS;
+    return rk_ptrmap_init(&sh->live_map, 256);
+}
+
+static void lock_all(pool_t *p)
+{
+    for (int i = 0; i < NSHARDS; i++)
+        pthread_mutex_lock(&p->shards[i].lock);
+}
+
+static void unlock_all(pool_t *p)
+{
+    for (int i = NSHARDS - 1; i >= 0; i--)
+        pthread_mutex_unlock(&p->shards[i].lock);
+}
+
+/* Unlink b from its physical neighbours: it becomes a region of its own. */
+static void cut_links(blk_t *b)
+{
+    if (b->prev)
+        b->prev->next = NULL;
+    if (b->next)
+        b->next->prev = NULL;
+    b->prev = b->next = NULL;
+}
+
+/* Bytes a stream or shard keeps when it takes memory from another: enough
+ * that it does not come back for every request, small next to the pool. */
+static size_t grant_size(pool_t *p, size_t need)
+{
+    size_t g = __atomic_load_n(&p->held, __ATOMIC_RELAXED) / (2 * NSHARDS);
+    if (g > MAX_GRANT)
+        g = MAX_GRANT;
+    if (g < MIN_GROWTH)
+        g = MIN_GROWTH;
+    return g > need ? g : need;
+}
+
+/* Add [ptr, ptr+size) to l as a block of its own. */
+static int add_region(shard_t *sh, slist_t *l, char *ptr, size_t size)
+{
+    blk_t *b = desc_new(sh);
+    if (!b)
+        return 0;
+    b->ptr = ptr;
+    b->size = size;
+    list_insert(l, b);
+    return 1;
+}
+
+/* The list of the other stream in sh with the most free memory that has a
+ * block for the request, or NULL. */
+static slist_t *richest_donor(shard_t *sh, slist_t *except, size_t bytes, size_t alignment,
+                              blk_t **b_p)
+{
+    slist_t *donor = NULL;
+    for (size_t i = 0; i < sh->nlists; i++) {
+        slist_t *t = sh->lists[i];
+        if (t == except || !t->nfree || (donor && t->free_bytes <= donor->free_bytes))
+            continue;
+        blk_t *b = list_find(t, bytes, alignment);
+        if (b) {
+            donor = t;
+            *b_p = b;
+        }
+    }
+    return donor;
+}
+
+/* Cut a region for `stream` out of another shard (sh is not locked). */
+static int take_region(pool_t *p, shard_t *sh, rankmem_stream_t stream, size_t bytes,
+                       size_t alignment, char **ptr_p, size_t *size_p, rankmem_status_t *st_p)
+{
+    size_t need = bytes + alignment - UNIT;
+    for (int i = 0; i < NSHARDS; i++) {
+        shard_t *d = &p->shards[i];
+        if (d == sh)
+            continue;
+        pthread_mutex_lock(&d->lock);
+        blk_t *b = NULL;
+        slist_t *t = richest_donor(d, NULL, bytes, alignment, &b);
+        if (t) {
+            if (p->use_events && t->stream != stream) {
+                rankmem_status_t st = rk_gpu_stream_wait(stream, t->stream, &t->event);
+                if (st != RANKMEM_SUCCESS) {
+                    pthread_mutex_unlock(&d->lock);
+                    *st_p = st;
+                    return 0;
+                }
+            }
+            size_t g = grant_size(p, need);
+            list_remove(t, b);
+            if (b->size > g && !split_back(d, t, b, g)) {
+                list_insert(t, b); /* no descriptor for the rest: leave it be */
+                pthread_mutex_unlock(&d->lock);
+                continue;
+            }
+            cut_links(b);
+            *ptr_p = b->ptr;
+            *size_p = b->size;
+            desc_free(d, b);
+            pthread_mutex_unlock(&d->lock);
+            return 1;
+        }
+        pthread_mutex_unlock(&d->lock);
+    }
+    return 0;
+}
+
+static int cmp_chunk(const void *a, const void *b)
+{
+    const char *x = ((const chunk_t *)a)->ptr, *y = ((const chunk_t *)b)->ptr;
+    return x < y ? -1 : x > y;
+}
+
+/* Index of the chunk holding ptr (chunks sorted), or nchunks. */
+static size_t chunk_of(const pool_t *p, const char *ptr)
+{
+    size_t lo = 0, hi = p->nchunks;
+    while (lo < hi) {
+        size_t mid = (lo + hi) / 2;
+        if (ptr < p->chunks[mid].ptr)
+            hi = mid;
+        else if (ptr >= p->chunks[mid].ptr + p->chunks[mid].size)
+            lo = mid + 1;
+        else
+            return mid;
+    }
+    return p->nchunks;
+}
+
+/* Kernels may still use blocks freed on their streams: wait for every stream
+ * that holds free memory. Caller holds every shard lock. */
+static rankmem_status_t sync_free_streams(pool_t *p)
+{
+    if (!p->use_events)
+        return RANKMEM_SUCCESS;
+    for (int i = 0; i < NSHARDS; i++)
+        for (size_t k = 0; k < p->shards[i].nlists; k++)
+            if (p->shards[i].lists[k]->nfree) {
+                rankmem_status_t st = rk_gpu_stream_sync(p->shards[i].lists[k]->stream);
+                if (st != RANKMEM_SUCCESS)
+                    return st;
+            }
+    return RANKMEM_SUCCESS;
+}
+
+typedef struct {
+    char *ptr;
+    size_t size;
+} span_t;
+
+static int cmp_span(const void *a, const void *b)
+{
+    const char *x = ((const span_t *)a)->ptr, *y = ((const span_t *)b)->ptr;
+    return x < y ? -1 : x > y;
+}
+
+/* Last resort when the upstream refuses: every free block of every shard,
+ * coalesced across shards and streams, into dst's list for stream. */
+static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
+{
+    lock_all(p);
+    pthread_mutex_lock(&p->grow_lock);
+    size_t n = 0;
+    for (int i = 0; i < NSHARDS; i++)
+        for (size_t k = 0; k < p->shards[i].nlists; k++)
+            n += p->shards[i].lists[k]->nfree;
+    span_t *sp = malloc((n ? n : 1) * sizeof *sp);
+    slist_t *l = list_for(dst, stream, 1);
+    if (!sp || !l || sync_free_streams(p) != RANKMEM_SUCCESS)
+        goto out;
+    qsort(p->chunks, p->nchunks, sizeof *p->chunks, cmp_chunk);
+    /* dst's own streams merge through their links, so later frees of their
+     * neighbours still coalesce; other shards' blocks move as regions. */
+    for (size_t k = 0; k < dst->nlists; k++)
+        if (dst->lists[k] != l)
+            merge_lists(dst, l, dst->lists[k]);
+    n = 0;
+    for (int i = 0; i < NSHARDS; i++) {
+        shard_t *sh = &p->shards[i];
+        if (sh == dst)
+            continue;
+        for (size_t k = 0; k < sh->nlists; k++) {
+            slist_t *t = sh->lists[k];
+            for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c)) {
+                blk_t *b = t->heads[c];
+                list_remove(t, b);
+                cut_links(b);
+                sp[n].ptr = b->ptr;
+                sp[n++].size = b->size;
+                desc_free(sh, b);
+            }
+        }
+    }
+    qsort(sp, n, sizeof *sp, cmp_span);
+    for (size_t i = 0; i < n;) {
+        span_t m = sp[i++];
+        size_t c = chunk_of(p, m.ptr);
+        /* Never across chunks: each goes back upstream on its own. */
+        while (i < n && m.ptr + m.size == sp[i].ptr && chunk_of(p, sp[i].ptr) == c)
+            m.size += sp[i++].size;
+        if (!add_region(dst, l, m.ptr, m.size))
+            break; /* out of host memory: the rest waits for finalize */
+    }
+out:
+    free(sp);
+    pthread_mutex_unlock(&p->grow_lock);
+    unlock_all(p);
+}
+
 /* ---- growth ---- */
 
-static rankmem_status_t grow(pool_t *p, slist_t *l, size_t need, int exact)
+/* A new chunk of at least need bytes from the upstream (no shard lock held). */
+static rankmem_status_t grow(pool_t *p, rankmem_stream_t stream, size_t need, int exact,
+                             char **ptr_p, size_t *size_p)
 {
+    pthread_mutex_lock(&p->grow_lock);
     size_t size = need;
     if (exact)
         ;
@@ -320,113 +565,128 @@ static rankmem_status_t grow(pool_t *p, slist_t *l, size_t need, int exact)
     }
     if (p->maximum - p->held < size)
         size = p->maximum - p->held;
+    rankmem_status_t st = RANKMEM_SUCCESS;
     if (size < need)
-        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
-                        "pool: %zu bytes do not fit: %zu of at most %zu bytes held, %zu in use",
-                        need, p->held, p->maximum, p->used);
-    if (p->nchunks == p->cap_chunks) {
+        st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
+                      "pool: %zu bytes do not fit: %zu of at most %zu bytes held", need, p->held,
+                      p->maximum);
+    else if (p->nchunks == p->cap_chunks) {
         size_t cap = p->cap_chunks ? p->cap_chunks * 2 : 16;
         chunk_t *c = realloc(p->chunks, cap * sizeof *c);
         if (!c)
-            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for its chunk table");
-        p->chunks = c;
-        p->cap_chunks = cap;
+            st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for its chunk table");
+        else {
+            p->chunks = c;
+            p->cap_chunks = cap;
+        }
     }
-    blk_t *b = desc_new(p);
-    if (!b)
-        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
     void *mem = NULL;
     rankmem_resource_t *up = p->base.upstream;
-    rankmem_status_t st = up->ops->allocate(up, size, UNIT, l->stream, &mem);
-    if (st != RANKMEM_SUCCESS && size > need) { /* the geometric step was too greedy */
-        size = need;
-        st = up->ops->allocate(up, size, UNIT, l->stream, &mem);
+    if (st == RANKMEM_SUCCESS) {
+        st = up->ops->allocate(up, size, UNIT, stream, &mem);
+        if (st != RANKMEM_SUCCESS && size > need) { /* the geometric step was too greedy */
+            size = need;
+            st = up->ops->allocate(up, size, UNIT, stream, &mem);
+        }
     }
-    if (st != RANKMEM_SUCCESS) {
-        desc_free(p, b);
-        return st;
+    if (st == RANKMEM_SUCCESS) {
+        p->chunks[p->nchunks].ptr = mem;
+        p->chunks[p->nchunks].size = size;
+        p->nchunks++;
+        __atomic_store_n(&p->held, p->held + size, __ATOMIC_RELAXED);
+        if (p->held > p->held_high)
+            p->held_high = p->held;
+        *ptr_p = mem;
+        *size_p = size;
     }
-    p->chunks[p->nchunks].ptr = mem;
-    p->chunks[p->nchunks].size = size;
-    p->nchunks++;
-    p->held += size;
-    if (p->held > p->held_high)
-        p->held_high = p->held;
-    b->ptr = mem;
-    b->size = size;
-    list_insert(l, b);
-    return RANKMEM_SUCCESS;
+    pthread_mutex_unlock(&p->grow_lock);
+    return st;
 }
 
 /* ---- allocate / deallocate ---- */
 
-/* A block that fits, from s's list, another stream's list, a merge of all
- * lists or a new chunk, in that order of cost. Sets *from to its list. */
-static rankmem_status_t find_block(pool_t *p, slist_t *s, size_t bytes, size_t alignment,
-                                   blk_t **b_p, slist_t **from)
+/* Called with sh locked when the stream's own list has nothing that fits;
+ * returns with sh locked and *b_p in *from_p, or an error. May unlock sh
+ * meanwhile, so lists are looked up again after each step. */
+static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t stream, size_t bytes,
+                                  size_t alignment, blk_t **b_p, slist_t **from_p)
 {
-    blk_t *b = list_find(s, bytes, alignment);
-    if (RK_LIKELY(b != NULL)) {
-        *b_p = b;
-        *from = s;
-        return RANKMEM_SUCCESS;
-    }
-    /* Take from the stream with the most free memory: it is the least likely
-     * to need the block back, and the grant (below) then leaves s stocked. */
-    size_t others = 0;
-    slist_t *donor = NULL;
-    blk_t *found = NULL;
-    for (size_t i = 0; i < p->nlists; i++) {
-        slist_t *t = p->lists[i];
-        if (t == s || !t->nfree)
-            continue;
-        others += t->free_bytes;
-        if (donor && t->free_bytes <= donor->free_bytes)
-            continue;
-        b = list_find(t, bytes, alignment);
-        if (b) {
-            donor = t;
-            found = b;
-        }
-    }
-    if (found) {
+    slist_t *s = list_for(sh, stream, 0);
+    blk_t *b = NULL;
+    /* 1. Another stream of this shard. */
+    slist_t *donor = richest_donor(sh, s, bytes, alignment, &b);
+    if (donor) {
         if (p->use_events) {
-            rankmem_status_t st = rk_gpu_stream_wait(s->stream, donor->stream, &donor->event);
+            rankmem_status_t st = rk_gpu_stream_wait(stream, donor->stream, &donor->event);
             if (st != RANKMEM_SUCCESS)
                 return st;
         }
-        *b_p = found;
-        *from = donor;
+        *b_p = b;
+        *from_p = donor;
         return RANKMEM_SUCCESS;
     }
-    /* Last resort before growing: blocks of several streams may coalesce. */
-    if (others && others + s->free_bytes >= bytes) {
-        for (size_t i = 0; i < p->nlists; i++) {
-            slist_t *t = p->lists[i];
-            if (t == s || !t->nfree)
-                continue;
-            if (p->use_events) {
-                rankmem_status_t st = rk_gpu_stream_sync(t->stream);
-                if (st != RANKMEM_SUCCESS)
-                    return st;
-            }
-            merge_lists(p, s, t);
-        }
-        b = list_find(s, bytes, alignment);
-        if (b) {
-            *b_p = b;
-            *from = s;
-            return RANKMEM_SUCCESS;
-        }
-    }
-    rankmem_status_t st = grow(p, s, bytes + alignment - UNIT, 0);
+    /* 2. A region from another shard. */
+    char *ptr;
+    size_t size;
+    rankmem_status_t st = RANKMEM_SUCCESS;
+    pthread_mutex_unlock(&sh->lock);
+    int got = take_region(p, sh, stream, bytes, alignment, &ptr, &size, &st);
+    pthread_mutex_lock(&sh->lock);
     if (st != RANKMEM_SUCCESS)
         return st;
-    b = list_find(s, bytes, alignment);
-    if (!b)
-        return rk_error(RANKMEM_ERR_INTERNAL, "pool: a new chunk does not fit %zu bytes", bytes);
+    /* Other threads of this shard may take the new memory before we relock:
+     * a few rounds, then give up rather than grow without end. */
+    for (int round = 0;; round++) {
+        s = list_for(sh, stream, 1);
+        if (!s)
+            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for a stream's list");
+        if (got) {
+            if (!add_region(sh, s, ptr, size))
+                return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for descriptors");
+            got = 0;
+        }
+        if ((b = list_find(s, bytes, alignment)) != NULL)
+            break;
+        if (round == 4)
+            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
+                            "pool: %zu bytes: other threads kept taking the new memory", bytes);
+        /* 3. Merge this shard's streams: their blocks may coalesce. */
+        size_t others = 0;
+        for (size_t i = 0; i < sh->nlists; i++)
+            if (sh->lists[i] != s)
+                others += sh->lists[i]->free_bytes;
+        if (others && others + s->free_bytes >= bytes) {
+            for (size_t i = 0; i < sh->nlists; i++) {
+                slist_t *t = sh->lists[i];
+                if (t == s || !t->nfree)
+                    continue;
+                if (p->use_events && (st = rk_gpu_stream_sync(t->stream)) != RANKMEM_SUCCESS)
+                    return st;
+                merge_lists(sh, s, t);
+            }
+            if ((b = list_find(s, bytes, alignment)) != NULL)
+                break;
+        }
+        /* 4. A new chunk. */
+        pthread_mutex_unlock(&sh->lock);
+        st = grow(p, stream, bytes + alignment - UNIT, 0, &ptr, &size);
+        if (st != RANKMEM_SUCCESS) {
+            /* 5. Everything, coalesced; the growth error stands if that fails too. */
+            char detail[256];
+            snprintf(detail, sizeof detail, "%s", rankmem_last_error());
+            defragment(p, sh, stream);
+            pthread_mutex_lock(&sh->lock);
+            s = list_for(sh, stream, 1);
+            if (s && (b = list_find(s, bytes, alignment)) != NULL)
+                break;
+            size_t skip = strlen(rankmem_status_string(st)) + 2; /* rk_error adds "status: " */
+            return rk_error(st, "%s", strlen(detail) > skip ? detail + skip : detail);
+        }
+        got = 1;
+        pthread_mutex_lock(&sh->lock);
+    }
     *b_p = b;
-    *from = s;
+    *from_p = s;
     return RANKMEM_SUCCESS;
 }
 
@@ -434,56 +694,84 @@ static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size
                                       rankmem_stream_t stream, void **ptr_p)
 {
     pool_t *p = (pool_t *)mr;
+    shard_t *sh = my_shard(p);
     size_t rounded = rk_align_up(bytes, UNIT);
     rankmem_status_t st;
-    pthread_mutex_lock(&p->lock);
-    slist_t *s = list_for(p, stream, 1);
+    pthread_mutex_lock(&sh->lock);
+    if (RK_UNLIKELY((st = shard_ready(sh)) != RANKMEM_SUCCESS))
+        goto out;
+    slist_t *s = list_for(sh, stream, 1);
     if (RK_UNLIKELY(!s)) {
         st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for a stream's free list");
         goto out;
     }
-    blk_t *b = NULL;
-    slist_t *from = NULL;
-    st = find_block(p, s, rounded, alignment, &b, &from);
-    if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
-        goto out;
+    blk_t *b = list_find(s, rounded, alignment);
+    slist_t *from = s;
+    if (RK_UNLIKELY(!b)) {
+        st = find_slow(p, sh, stream, rounded, alignment, &b, &from);
+        if (st != RANKMEM_SUCCESS)
+            goto out;
+        s = list_for(sh, stream, 1); /* find_slow made sure it exists */
+    }
     list_remove(from, b);
     if (from != s) {
         /* Taken from another stream after waiting for it: s keeps a grant of
-         * up to STEAL_GRANT (its next requests are then served from its own
-         * list, with no more events); the rest stays with the donor. */
-        size_t grant = rounded + alignment - UNIT;
-        if (grant < STEAL_GRANT)
-            grant = STEAL_GRANT;
-        if (b->size > grant && !split_back(p, from, b, grant)) {
-            free_into(p, from, b);
+         * the block; the rest stays with the donor. */
+        size_t g = grant_size(p, rounded + alignment - UNIT);
+        if (b->size > g && !split_back(sh, from, b, g)) {
+            free_into(sh, from, b);
             st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
             goto out;
         }
         from = s;
     }
     size_t pad = (size_t)(-(uintptr_t)b->ptr & (alignment - 1));
-    /* Leftovers stay in the list they came from: ordered on that stream. */
-    if ((pad && !split_front(p, from, b, pad)) ||
-        (b->size > rounded && !split_back(p, from, b, rounded))) {
-        free_into(p, from, b);
+    /* Leftovers stay in the stream's list: ordered on that stream. */
+    if ((pad && !split_front(sh, s, b, pad)) ||
+        (b->size > rounded && !split_back(sh, s, b, rounded))) {
+        free_into(sh, s, b);
         st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
         goto out;
     }
-    st = rk_ptrmap_insert(&p->live_map, b->ptr, b);
+    st = rk_ptrmap_insert(&sh->live_map, b->ptr, b);
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS)) {
-        free_into(p, from, b);
+        free_into(sh, s, b);
         goto out;
     }
     b->req = bytes;
-    p->live++;
-    p->used += bytes;
-    if (p->used > p->used_high)
-        p->used_high = p->used;
+    sh->live++;
+    sh->used += bytes;
+    if (sh->used > sh->used_high)
+        sh->used_high = sh->used;
     *ptr_p = b->ptr;
 out:
-    pthread_mutex_unlock(&p->lock);
+    pthread_mutex_unlock(&sh->lock);
     return st;
+}
+
+/* Free b (live in sh, which is locked) on stream. */
+static rankmem_status_t free_in(pool_t *p, shard_t *sh, blk_t *b, void *ptr, size_t bytes,
+                                rankmem_stream_t stream)
+{
+    if (RK_UNLIKELY(b->req != bytes))
+        return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                        "pool: %p freed with size %zu but allocated with %zu; not freed", ptr,
+                        bytes, b->req);
+    slist_t *s = list_for(sh, stream, 1);
+    if (RK_UNLIKELY(!s)) {
+        /* No host memory for a new list: wait for the stream, then any list is safe. */
+        rankmem_status_t st;
+        if (p->use_events && (st = rk_gpu_stream_sync(stream)) != RANKMEM_SUCCESS)
+            return st;
+        if (!sh->nlists)
+            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory to free %p", ptr);
+        s = sh->lists[0];
+    }
+    rk_ptrmap_remove(&sh->live_map, ptr);
+    sh->live--;
+    sh->used -= bytes;
+    free_into(sh, s, b);
+    return RANKMEM_SUCCESS;
 }
 
 static rankmem_status_t pool_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
@@ -491,36 +779,25 @@ static rankmem_status_t pool_deallocate(rankmem_resource_t *mr, void *ptr, size_
 {
     (void)alignment;
     pool_t *p = (pool_t *)mr;
-    rankmem_status_t st = RANKMEM_SUCCESS;
-    pthread_mutex_lock(&p->lock);
-    blk_t *b = rk_ptrmap_get(&p->live_map, ptr);
-    if (RK_UNLIKELY(!b)) {
-        st = rk_error(RANKMEM_ERR_INVALID_POINTER,
-                      "pool: %p (%zu bytes) is not a live allocation of this pool "
-                      "(double free, or memory from elsewhere)",
-                      ptr, bytes);
-        goto out;
+    shard_t *mine = my_shard(p);
+    /* Mostly the thread that allocated frees: its shard first, then the others. */
+    for (int i = -1; i < NSHARDS; i++) {
+        shard_t *sh = i < 0 ? mine : &p->shards[i];
+        if (i >= 0 && sh == mine)
+            continue;
+        pthread_mutex_lock(&sh->lock);
+        blk_t *b = sh->live_map.slots ? rk_ptrmap_get(&sh->live_map, ptr) : NULL;
+        if (b) {
+            rankmem_status_t st = free_in(p, sh, b, ptr, bytes, stream);
+            pthread_mutex_unlock(&sh->lock);
+            return st;
+        }
+        pthread_mutex_unlock(&sh->lock);
     }
-    if (RK_UNLIKELY(b->req != bytes)) {
-        st = rk_error(RANKMEM_ERR_INVALID_POINTER,
-                      "pool: %p freed with size %zu but allocated with %zu; not freed", ptr, bytes,
-                      b->req);
-        goto out;
-    }
-    slist_t *s = list_for(p, stream, 1);
-    if (RK_UNLIKELY(!s)) {
-        /* No host memory for a new list: wait for the stream, then any list is safe. */
-        if (p->use_events && (st = rk_gpu_stream_sync(stream)) != RANKMEM_SUCCESS)
-            goto out;
-        s = p->lists[0];
-    }
-    rk_ptrmap_remove(&p->live_map, ptr);
-    p->live--;
-    p->used -= bytes;
-    free_into(p, s, b);
-out:
-    pthread_mutex_unlock(&p->lock);
-    return st;
+    return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                    "pool: %p (%zu bytes) is not a live allocation of this pool "
+                    "(double free, or memory from elsewhere)",
+                    ptr, bytes);
 }
 
 /* ---- queries, trim, forget, finalize ---- */
@@ -529,26 +806,38 @@ static rankmem_status_t pool_query(rankmem_resource_t *mr, rankmem_query_t what,
 {
     pool_t *p = (pool_t *)mr;
     size_t v = 0;
-    rankmem_status_t st = RANKMEM_SUCCESS;
-    pthread_mutex_lock(&p->lock);
     switch (what) {
-    case RANKMEM_QUERY_RESERVED_CURRENT: v = p->held; break;
-    case RANKMEM_QUERY_RESERVED_HIGH: v = p->held_high; break;
-    case RANKMEM_QUERY_USED_CURRENT: v = p->used; break;
-    case RANKMEM_QUERY_USED_HIGH: v = p->used_high; break;
+    case RANKMEM_QUERY_RESERVED_CURRENT:
+    case RANKMEM_QUERY_RESERVED_HIGH:
+        pthread_mutex_lock(&p->grow_lock);
+        v = what == RANKMEM_QUERY_RESERVED_CURRENT ? p->held : p->held_high;
+        pthread_mutex_unlock(&p->grow_lock);
+        break;
     case RANKMEM_QUERY_POOL_MAX: v = p->maximum; break;
-    case RANKMEM_QUERY_LIVE_COUNT: v = p->live; break;
+    case RANKMEM_QUERY_USED_CURRENT:
+    case RANKMEM_QUERY_USED_HIGH: /* with several threads, the sum of their peaks: an upper bound */
+    case RANKMEM_QUERY_LIVE_COUNT:
     case RANKMEM_QUERY_FREE_BLOCKS:
-        for (size_t i = 0; i < p->nlists; i++)
-            v += p->lists[i]->nfree;
+        for (int i = 0; i < NSHARDS; i++) {
+            shard_t *sh = &p->shards[i];
+            pthread_mutex_lock(&sh->lock);
+            if (what == RANKMEM_QUERY_USED_CURRENT)
+                v += sh->used;
+            else if (what == RANKMEM_QUERY_USED_HIGH)
+                v += sh->used_high;
+            else if (what == RANKMEM_QUERY_LIVE_COUNT)
+                v += sh->live;
+            else
+                for (size_t k = 0; k < sh->nlists; k++)
+                    v += sh->lists[k]->nfree;
+            pthread_mutex_unlock(&sh->lock);
+        }
         break;
     default:
-        st = rk_error(RANKMEM_ERR_NOT_SUPPORTED, "pool: unknown query %d", (int)what);
+        return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "pool: unknown query %d", (int)what);
     }
-    pthread_mutex_unlock(&p->lock);
-    if (st == RANKMEM_SUCCESS)
-        *value_p = v;
-    return st;
+    *value_p = v;
+    return RANKMEM_SUCCESS;
 }
 
 /* Give every wholly free chunk back upstream while more than keep_bytes are held. */
@@ -556,39 +845,57 @@ static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes)
 {
     pool_t *p = (pool_t *)mr;
     rankmem_resource_t *up = p->base.upstream;
-    rankmem_status_t result = RANKMEM_SUCCESS;
-    pthread_mutex_lock(&p->lock);
-    for (size_t i = 0; i < p->nchunks && p->held > keep_bytes;) {
-        chunk_t c = p->chunks[i];
-        blk_t *b = rk_ptrmap_get(&p->live_map, c.ptr);
-        slist_t *l = NULL;
-        if (!b) { /* not live: find the free block starting the chunk */
-            for (size_t k = 0; k < p->nlists && !l; k++)
-                for (unsigned cl = next_class(p->lists[k], 0); cl < NCLASS && !l;
-                     cl = next_class(p->lists[k], cl + 1))
-                    for (blk_t *f = p->lists[k]->heads[cl]; f; f = f->fnext)
-                        if (f->ptr == c.ptr) {
-                            b = f;
-                            l = p->lists[k];
-                            break;
-                        }
+    lock_all(p);
+    pthread_mutex_lock(&p->grow_lock);
+    rankmem_status_t result = sync_free_streams(p);
+    size_t *free_in_chunk = calloc(p->nchunks + 1, sizeof *free_in_chunk);
+    if (!free_in_chunk && result == RANKMEM_SUCCESS)
+        result = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory to trim");
+    if (result != RANKMEM_SUCCESS)
+        goto out;
+    qsort(p->chunks, p->nchunks, sizeof *p->chunks, cmp_chunk);
+    for (int i = 0; i < NSHARDS; i++)
+        for (size_t k = 0; k < p->shards[i].nlists; k++) {
+            slist_t *t = p->shards[i].lists[k];
+            for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c + 1))
+                for (blk_t *b = t->heads[c]; b; b = b->fnext)
+                    free_in_chunk[chunk_of(p, b->ptr)] += b->size;
         }
-        if (!l || b->size != c.size || p->held - c.size < keep_bytes) {
-            i++;
+    /* Give back the chunks wholly free; mark them SIZE_MAX. */
+    for (size_t c = 0; c < p->nchunks && p->held > keep_bytes; c++) {
+        size_t size = p->chunks[c].size;
+        if (free_in_chunk[c] != size || p->held - size < keep_bytes)
             continue;
-        }
-        /* Freed on l's stream: returning it there keeps stream order upstream. */
-        rankmem_status_t st = up->ops->deallocate(up, c.ptr, c.size, UNIT, l->stream);
+        rankmem_status_t st = up->ops->deallocate(up, p->chunks[c].ptr, size, UNIT, NULL);
         if (st != RANKMEM_SUCCESS) {
             result = st;
             break;
         }
-        list_remove(l, b);
-        desc_free(p, b);
-        p->held -= c.size;
-        p->chunks[i] = p->chunks[--p->nchunks];
+        free_in_chunk[c] = SIZE_MAX; /* gone: its blocks are dropped below */
+        __atomic_store_n(&p->held, p->held - size, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock(&p->lock);
+    for (int i = 0; i < NSHARDS; i++)
+        for (size_t k = 0; k < p->shards[i].nlists; k++) {
+            slist_t *t = p->shards[i].lists[k];
+            for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c + 1))
+                for (blk_t *b = t->heads[c], *nx; b; b = nx) {
+                    nx = b->fnext;
+                    if (free_in_chunk[chunk_of(p, b->ptr)] == SIZE_MAX) {
+                        list_remove(t, b);
+                        cut_links(b);
+                        desc_free(&p->shards[i], b);
+                    }
+                }
+        }
+    size_t n = 0;
+    for (size_t c = 0; c < p->nchunks; c++)
+        if (free_in_chunk[c] != SIZE_MAX)
+            p->chunks[n++] = p->chunks[c];
+    p->nchunks = n;
+out:
+    free(free_in_chunk);
+    pthread_mutex_unlock(&p->grow_lock);
+    unlock_all(p);
     return result;
 }
 
@@ -599,43 +906,63 @@ rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *mr, rankmem_stre
     if (!mr || mr->ops != &pool_ops)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_pool_forget_stream: %s",
                         mr ? "not a pool" : "NULL resource");
+    if (!stream)
+        return RANKMEM_SUCCESS; /* the default stream is never destroyed */
     pool_t *p = (pool_t *)mr;
-    rankmem_status_t st = RANKMEM_SUCCESS;
-    pthread_mutex_lock(&p->lock);
-    slist_t *l = stream ? list_for(p, stream, 0) : NULL;
-    if (l) {
-        if (p->use_events)
-            st = rk_gpu_stream_sync(stream);
-        if (st == RANKMEM_SUCCESS) {
-            merge_lists(p, p->lists[0], l);
-            size_t i = 0;
-            while (p->lists[i] != l)
-                i++;
-            p->lists[i] = p->lists[--p->nlists];
-            p->hint = p->lists[0];
-            rk_gpu_event_destroy(l->event);
-            free(l);
+    int synced = 0;
+    for (int i = 0; i < NSHARDS; i++) {
+        shard_t *sh = &p->shards[i];
+        pthread_mutex_lock(&sh->lock);
+        slist_t *l = list_for(sh, stream, 0);
+        if (l) {
+            if (p->use_events && !synced) {
+                rankmem_status_t st = rk_gpu_stream_sync(stream);
+                if (st != RANKMEM_SUCCESS) {
+                    pthread_mutex_unlock(&sh->lock);
+                    return st;
+                }
+                synced = 1;
+            }
+            /* Its work is done: its blocks now belong to the default stream. */
+            slist_t *d = list_for(sh, NULL, 0);
+            if (!d) {
+                l->stream = NULL;
+            } else {
+                merge_lists(sh, d, l);
+                size_t k = 0;
+                while (sh->lists[k] != l)
+                    k++;
+                sh->lists[k] = sh->lists[--sh->nlists];
+                rk_gpu_event_destroy(l->event);
+                free(l);
+            }
+            sh->hint = NULL;
         }
+        pthread_mutex_unlock(&sh->lock);
     }
-    pthread_mutex_unlock(&p->lock);
-    return st;
+    return RANKMEM_SUCCESS;
 }
 
 static void pool_free_host_state(pool_t *p)
 {
-    for (size_t i = 0; i < p->nlists; i++) {
-        rk_gpu_event_destroy(p->lists[i]->event);
-        free(p->lists[i]);
+    for (int i = 0; p->shards && i < NSHARDS; i++) {
+        shard_t *sh = &p->shards[i];
+        for (size_t k = 0; k < sh->nlists; k++) {
+            rk_gpu_event_destroy(sh->lists[k]->event);
+            free(sh->lists[k]);
+        }
+        free(sh->lists);
+        while (sh->slabs) {
+            desc_slab_t *s = sh->slabs;
+            sh->slabs = s->next;
+            free(s);
+        }
+        rk_ptrmap_fini(&sh->live_map);
+        pthread_mutex_destroy(&sh->lock);
     }
-    free(p->lists);
+    free(p->shards);
     free(p->chunks);
-    while (p->slabs) {
-        desc_slab_t *s = p->slabs;
-        p->slabs = s->next;
-        free(s);
-    }
-    rk_ptrmap_fini(&p->live_map);
-    pthread_mutex_destroy(&p->lock);
+    pthread_mutex_destroy(&p->grow_lock);
     free(p);
 }
 
@@ -644,15 +971,18 @@ static rankmem_status_t pool_finalize(rankmem_resource_t *mr)
     pool_t *p = (pool_t *)mr;
     rankmem_resource_t *up = p->base.upstream;
     rankmem_status_t result = RANKMEM_SUCCESS;
-    if (p->live)
+    size_t live = 0, used = 0;
+    for (int i = 0; p->shards && i < NSHARDS; i++) {
+        live += p->shards[i].live;
+        used += p->shards[i].used;
+    }
+    if (live)
         result = rk_error(RANKMEM_ERR_BUSY,
                           "pool: released with %zu live allocations (%zu bytes); their memory "
                           "went back to the upstream",
-                          p->live, p->used);
-    /* Kernels may still use blocks freed on their streams: wait before giving chunks back. */
-    if (p->use_events)
-        for (size_t i = 0; i < p->nlists; i++)
-            rk_gpu_stream_sync(p->lists[i]->stream);
+                          live, used);
+    if (p->shards)
+        sync_free_streams(p);
     for (size_t i = 0; i < p->nchunks; i++) {
         rankmem_status_t st = up->ops->deallocate(up, p->chunks[i].ptr, p->chunks[i].size, UNIT,
                                                   NULL);
@@ -663,6 +993,27 @@ static rankmem_status_t pool_finalize(rankmem_resource_t *mr)
     return result;
 }
 
+/* Spec syntax; only what differs from the defaults, so "pool" reads as it was written. */
+static int pool_describe(const rankmem_resource_t *mr, char *buf, size_t len)
+{
+    const pool_t *p = (const pool_t *)mr;
+    char opts[128] = "", sz[40];
+    size_t o = 0;
+    if (p->initial) {
+        rk_format_size(sz, sizeof sz, p->initial);
+        o += (size_t)snprintf(opts + o, sizeof opts - o, ",initial=%s", sz);
+    }
+    if (p->maximum != SIZE_MAX) {
+        rk_format_size(sz, sizeof sz, p->maximum);
+        o += (size_t)snprintf(opts + o, sizeof opts - o, ",max=%s", sz);
+    }
+    if (p->growth) {
+        rk_format_size(sz, sizeof sz, p->growth);
+        o += (size_t)snprintf(opts + o, sizeof opts - o, ",growth=%s", sz);
+    }
+    return o ? snprintf(buf, len, "pool(%s)", opts + 1) : snprintf(buf, len, "pool");
+}
+
 static const rankmem_resource_ops_t pool_ops = {
     .size = sizeof(rankmem_resource_ops_t),
     .name = "pool",
@@ -671,6 +1022,7 @@ static const rankmem_resource_ops_t pool_ops = {
     .query = pool_query,
     .trim = pool_trim,
     .finalize = pool_finalize,
+    .describe = pool_describe,
 };
 
 rankmem_status_t rankmem_pool_params_default(rankmem_pool_params_t *params_p)
@@ -729,18 +1081,37 @@ rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
     p->maximum = prm.maximum_size;
     p->growth = prm.growth_size;
     p->use_events = (upstream->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && rk_gpu_count() > 0;
+    pthread_mutex_init(&p->grow_lock, NULL);
+    void *shards = NULL;
+    if (posix_memalign(&shards, 64, NSHARDS * sizeof(shard_t)) != 0) {
+        pool_free_host_state(p);
+        rankmem_resource_release(upstream);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for its shards");
+    }
+    memset(shards, 0, NSHARDS * sizeof(shard_t));
+    p->shards = shards;
     pthread_mutexattr_t attr;
     pthread_mutexattr_init(&attr);
 #ifdef PTHREAD_MUTEX_ADAPTIVE_NP
+    /* Spin briefly before sleeping: critical sections are a few dozen ns. */
     pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
 #endif
-    pthread_mutex_init(&p->lock, &attr);
+    for (int i = 0; i < NSHARDS; i++)
+        pthread_mutex_init(&p->shards[i].lock, &attr);
     pthread_mutexattr_destroy(&attr);
-    st = rk_ptrmap_init(&p->live_map, 1024);
-    if (st == RANKMEM_SUCCESS && !list_for(p, NULL, 1)) /* lists[0]: the default stream */
-        st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for its free lists");
-    if (st == RANKMEM_SUCCESS && p->initial)
-        st = grow(p, p->lists[0], p->initial, 1);
+    if (p->initial) {
+        shard_t *sh = my_shard(p);
+        char *ptr;
+        size_t size;
+        slist_t *l = NULL;
+        st = shard_ready(sh);
+        if (st == RANKMEM_SUCCESS && !(l = list_for(sh, NULL, 1)))
+            st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for its free lists");
+        if (st == RANKMEM_SUCCESS)
+            st = grow(p, NULL, p->initial, 1, &ptr, &size);
+        if (st == RANKMEM_SUCCESS && !add_region(sh, l, ptr, size))
+            st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for descriptors");
+    }
     if (st != RANKMEM_SUCCESS) {
         /* Nothing was handed out: undo by hand, the upstream reference too. */
         pool_finalize(mr);

@@ -106,6 +106,53 @@ static void *worker(void *arg)
     return NULL;
 }
 
+/* Phase 2: a bounded pool, so threads run out, take memory from each other's
+ * shards and defragment; out of memory is allowed, corruption is not. */
+static rankmem_resource_t *bounded;
+static int b_errors[NTHREADS], b_corrupt[NTHREADS], b_oom[NTHREADS];
+
+static void *bounded_worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x10000 * (id + 1));
+    unsigned long long s = 999 + (unsigned long long)id;
+    struct { unsigned char *p; size_t n; unsigned char fill; } mine[16];
+    int n = 0;
+    for (int step = 0; step < STEPS / 2; step++) {
+        if (n < 16 && (n == 0 || rng(&s) % 2)) {
+            size_t bytes = 1 + rng(&s) % (256 << 10);
+            void *p;
+            rankmem_status_t st = rankmem_allocate_async(bounded, bytes, 0, stream, &p);
+            if (st == RANKMEM_ERR_OUT_OF_MEMORY) {
+                b_oom[id]++;
+                continue;
+            }
+            if (st != RANKMEM_SUCCESS) {
+                b_errors[id]++;
+                continue;
+            }
+            unsigned char fill = (unsigned char)(id * 17 + step);
+            memset(p, fill, bytes);
+            mine[n].p = p, mine[n].n = bytes, mine[n].fill = fill;
+            n++;
+        } else {
+            int i = (int)(rng(&s) % (unsigned)n);
+            if (!check(mine[i].p, mine[i].n, mine[i].fill))
+                b_corrupt[id]++;
+            if (rankmem_deallocate_async(bounded, mine[i].p, mine[i].n, 0, stream))
+                b_errors[id]++;
+            mine[i] = mine[--n];
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!check(mine[i].p, mine[i].n, mine[i].fill))
+            b_corrupt[id]++;
+        if (rankmem_deallocate_async(bounded, mine[i].p, mine[i].n, 0, stream))
+            b_errors[id]++;
+    }
+    return NULL;
+}
+
 static rankmem_resource_t *registry_pools[2];
 static int registry_errors;
 
@@ -149,6 +196,34 @@ int main(void)
     rankmem_resource_query(pool, RANKMEM_QUERY_LIVE_COUNT, &live);
     rankmem_resource_query(pool, RANKMEM_QUERY_USED_CURRENT, &used);
     ok(live == 0 && used == 0, "nothing live at the end");
+
+    int bfinal;
+    counting_t *bup = counting_new(&bfinal);
+    rankmem_pool_params_t bprm;
+    rankmem_pool_params_default(&bprm);
+    bprm.initial_size = 2 << 20;
+    bprm.maximum_size = 8 << 20;
+    if (rankmem_pool_create(&bup->base, &bprm, &bounded) != RANKMEM_SUCCESS)
+        BAIL_OUT("pool_create: %s", rankmem_last_error());
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_create(&t[i], NULL, bounded_worker, (void *)(intptr_t)i);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(t[i], NULL);
+    int berr = 0, bbad = 0, boom = 0;
+    for (int i = 0; i < NTHREADS; i++)
+        berr += b_errors[i], bbad += b_corrupt[i], boom += b_oom[i];
+    ok(berr == 0, "bounded pool: every call succeeded or said out of memory (%d errors, %d OOM)", berr, boom);
+    ok(bbad == 0, "bounded pool: no block overwritten (%d)", bbad);
+    size_t held = 0;
+    rankmem_resource_query(bounded, RANKMEM_QUERY_RESERVED_HIGH, &held);
+    ok(held <= (8 << 20), "bounded pool never held more than its maximum (%zu)", held);
+    is_status(rankmem_resource_trim(bounded, 0), RANKMEM_SUCCESS, "bounded pool: trim to 0");
+    rankmem_resource_query(bounded, RANKMEM_QUERY_RESERVED_CURRENT, &held);
+    ok(held == 0 && bup->outstanding_blocks == 0,
+       "after every free, blocks spread over threads' shards add up to whole chunks again (%zu held)", held);
+    rankmem_resource_release(&bup->base);
+    is_status(rankmem_resource_release(bounded), RANKMEM_SUCCESS, "bounded pool released");
+    ok(bfinal, "bounded chain gone");
 
     rankmem_resource_t *orig;
     rankmem_get_current_resource(&orig);
