@@ -750,9 +750,10 @@ out:
 }
 
 /* Free b (live in sh, which is locked) on stream. */
-static rankmem_status_t free_in(pool_t *p, shard_t *sh, blk_t *b, void *ptr, size_t bytes,
+static rankmem_status_t free_in(pool_t *p, shard_t *sh, size_t slot, void *ptr, size_t bytes,
                                 rankmem_stream_t stream)
 {
+    blk_t *b = sh->live_map.slots[slot].value;
     if (RK_UNLIKELY(b->req != bytes))
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
                         "pool: %p freed with size %zu but allocated with %zu; not freed", ptr,
@@ -767,7 +768,7 @@ static rankmem_status_t free_in(pool_t *p, shard_t *sh, blk_t *b, void *ptr, siz
             return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory to free %p", ptr);
         s = sh->lists[0];
     }
-    rk_ptrmap_remove(&sh->live_map, ptr);
+    rk_ptrmap_remove_at(&sh->live_map, slot);
     sh->live--;
     sh->used -= bytes;
     free_into(sh, s, b);
@@ -786,9 +787,9 @@ static rankmem_status_t pool_deallocate(rankmem_resource_t *mr, void *ptr, size_
         if (i >= 0 && sh == mine)
             continue;
         pthread_mutex_lock(&sh->lock);
-        blk_t *b = sh->live_map.slots ? rk_ptrmap_get(&sh->live_map, ptr) : NULL;
-        if (b) {
-            rankmem_status_t st = free_in(p, sh, b, ptr, bytes, stream);
+        size_t slot = sh->live_map.slots ? rk_ptrmap_find(&sh->live_map, ptr) : SIZE_MAX;
+        if (slot != SIZE_MAX) {
+            rankmem_status_t st = free_in(p, sh, slot, ptr, bytes, stream);
             pthread_mutex_unlock(&sh->lock);
             return st;
         }

@@ -70,25 +70,18 @@ rankmem_status_t rk_ptrmap_insert(rk_ptrmap_t *m, const void *key, void *value)
     return RANKMEM_SUCCESS;
 }
 
-void *rk_ptrmap_get(const rk_ptrmap_t *m, const void *key)
+size_t rk_ptrmap_find(const rk_ptrmap_t *m, const void *key)
 {
     for (size_t i = slot_of(m, key);; i = (i + 1) & m->mask) {
         if (m->slots[i].key == key)
-            return m->slots[i].value;
+            return i;
         if (!m->slots[i].key)
-            return NULL;
+            return SIZE_MAX;
     }
 }
 
-void *rk_ptrmap_remove(rk_ptrmap_t *m, const void *key)
+void rk_ptrmap_remove_at(rk_ptrmap_t *m, size_t i)
 {
-    size_t i = slot_of(m, key);
-    while (m->slots[i].key != key) {
-        if (!m->slots[i].key)
-            return NULL;
-        i = (i + 1) & m->mask;
-    }
-    void *value = m->slots[i].value;
     /* Backward shift: pull later entries of the probe run into the hole when
      * their home slot is not between the hole and their position. */
     size_t hole = i;
@@ -102,7 +95,22 @@ void *rk_ptrmap_remove(rk_ptrmap_t *m, const void *key)
     m->slots[hole].key = NULL;
     m->slots[hole].value = NULL;
     m->count--;
+}
+
+void *rk_ptrmap_remove(rk_ptrmap_t *m, const void *key)
+{
+    size_t i = rk_ptrmap_find(m, key);
+    if (i == SIZE_MAX)
+        return NULL;
+    void *value = m->slots[i].value;
+    rk_ptrmap_remove_at(m, i);
     return value;
+}
+
+void *rk_ptrmap_get(const rk_ptrmap_t *m, const void *key)
+{
+    size_t i = rk_ptrmap_find(m, key);
+    return i == SIZE_MAX ? NULL : m->slots[i].value;
 }
 
 void rk_ptrmap_each(const rk_ptrmap_t *m, void (*fn)(const void *key, void *value, void *arg),

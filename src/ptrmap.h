@@ -27,6 +27,10 @@ RK_HIDDEN rankmem_status_t rk_ptrmap_insert(rk_ptrmap_t *m, const void *key, voi
 RK_HIDDEN void *rk_ptrmap_remove(rk_ptrmap_t *m, const void *key);
 /* Value of key, or NULL if absent. */
 RK_HIDDEN void *rk_ptrmap_get(const rk_ptrmap_t *m, const void *key);
+/* Slot of key, or SIZE_MAX if absent; rk_ptrmap_remove_at then removes it
+ * without probing again (deallocate looks up, checks, then removes). */
+RK_HIDDEN size_t rk_ptrmap_find(const rk_ptrmap_t *m, const void *key);
+RK_HIDDEN void rk_ptrmap_remove_at(rk_ptrmap_t *m, size_t slot);
 /* Calls fn for every entry (the map must not change meanwhile). */
 RK_HIDDEN void rk_ptrmap_each(const rk_ptrmap_t *m, void (*fn)(const void *key, void *value,
                                                                 void *arg),
