@@ -878,6 +878,31 @@ int main(int argc, char **argv)
         CK_RM(rankmem_resource_release(up));
         return std::unique_ptr<Allocator>(new RankmemAllocator(pool, true, streams));
     }});
+    /* Adaptors over the same pool: what stats and tracking add per pair. */
+    cands.push_back({"rankmem stats > pool > cuda", [&] {
+        rankmem_resource_t *up, *pool, *st;
+        rankmem_pool_params_t p;
+        CK_RM(rankmem_cuda_create(&up));
+        CK_RM(rankmem_pool_params_default(&p));
+        p.initial_size = pool_bytes;
+        CK_RM(rankmem_pool_create(up, &p, &pool));
+        CK_RM(rankmem_resource_release(up));
+        CK_RM(rankmem_stats_create(pool, &st));
+        CK_RM(rankmem_resource_release(pool));
+        return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
+    }});
+    cands.push_back({"rankmem tracking > pool > cuda", [&] {
+        rankmem_resource_t *up, *pool, *tr;
+        rankmem_pool_params_t p;
+        CK_RM(rankmem_cuda_create(&up));
+        CK_RM(rankmem_pool_params_default(&p));
+        p.initial_size = pool_bytes;
+        CK_RM(rankmem_pool_create(up, &p, &pool));
+        CK_RM(rankmem_resource_release(up));
+        CK_RM(rankmem_tracking_create(pool, 0, &tr));
+        CK_RM(rankmem_resource_release(pool));
+        return std::unique_ptr<Allocator>(new RankmemAllocator(tr, true, streams));
+    }});
     /* Not a pool: rankmem's dispatch over cudaMallocAsync, i.e. what the
      * library adds on top of the row below it. */
     cands.push_back({"rankmem async (default pool)", [&] {

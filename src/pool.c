@@ -902,14 +902,8 @@ out:
 
 static const rankmem_resource_ops_t pool_ops;
 
-rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream)
+static rankmem_status_t forget_stream(pool_t *p, rankmem_stream_t stream)
 {
-    if (!mr || mr->ops != &pool_ops)
-        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_pool_forget_stream: %s",
-                        mr ? "not a pool" : "NULL resource");
-    if (!stream)
-        return RANKMEM_SUCCESS; /* the default stream is never destroyed */
-    pool_t *p = (pool_t *)mr;
     int synced = 0;
     for (int i = 0; i < NSHARDS; i++) {
         shard_t *sh = &p->shards[i];
@@ -941,6 +935,28 @@ rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *mr, rankmem_stre
         }
         pthread_mutex_unlock(&sh->lock);
     }
+    return RANKMEM_SUCCESS;
+}
+
+/* Every pool of the chain forgets the stream, so users can call it on the
+ * chain they hold (stats>pool>cuda) rather than dig out the pool. */
+rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream)
+{
+    if (!mr)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_pool_forget_stream: NULL resource");
+    int pools = 0;
+    for (rankmem_resource_t *r = mr; r; r = r->upstream)
+        if (r->ops == &pool_ops) {
+            pools++;
+            if (stream) { /* the default stream is never destroyed */
+                rankmem_status_t st = forget_stream((pool_t *)r, stream);
+                if (st != RANKMEM_SUCCESS)
+                    return st;
+            }
+        }
+    if (!pools)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_pool_forget_stream: no pool in the chain of '%s'", mr->ops->name);
     return RANKMEM_SUCCESS;
 }
 

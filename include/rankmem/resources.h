@@ -90,7 +90,8 @@ RANKMEM_API rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
                                                  rankmem_resource_t **mr_p);
 
 /* Call before destroying a stream the pool has seen: waits for the stream's
- * work and moves its free blocks to the default stream's list. */
+ * work and moves its free blocks to the default stream's list. pool may be
+ * any chain: every pool in it forgets the stream. */
 RANKMEM_API rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *pool,
                                                         rankmem_stream_t stream);
 
