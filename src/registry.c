@@ -59,6 +59,7 @@ static rankmem_status_t make_initial(int device, rankmem_resource_t **mr_p)
         cudaSetDevice(old);
     return st;
 #else
+    (void)device;
     return rk_error(RANKMEM_ERR_INTERNAL, "registry: GPU without CUDA");
 #endif
 }
