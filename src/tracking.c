@@ -1,0 +1,492 @@
+/* tracking: every live allocation with its size, stream and, when asked,
+ * the call stack that made it; a leak report.
+ *
+ * A pointer-keyed map (ptrmap.h) under one mutex holds a small record per
+ * live allocation. Records are allocated and backtraces taken before the
+ * lock, and the upstream is called outside it, so the lock covers only the
+ * map. A free the map does not know (double free, foreign pointer) or with
+ * another size than the allocation is refused before the upstream sees it:
+ * put tracking over a resource that would corrupt itself on such a call. */
+#define _GNU_SOURCE
+#include "internal.h"
+#include "ptrmap.h"
+
+#include <execinfo.h>
+#include <inttypes.h>
+#include <link.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_FRAMES 16
+#define SKIP_MAX 16 /* rankmem's own frames above the caller (adaptors over adaptors) */
+
+typedef struct {
+    size_t bytes;
+    rankmem_stream_t stream;
+    int nframes;
+    void *frames[]; /* MAX_FRAMES when backtraces are on */
+} record_t;
+
+typedef struct {
+    rankmem_resource_t base;
+    pthread_mutex_t lock;
+    int lock_ok, map_ok;
+    int backtraces;
+    rk_ptrmap_t map; /* ptr -> record_t* */
+    size_t bytes, bytes_high;
+} tracking_t;
+
+static const rankmem_resource_ops_t tracking_ops;
+
+/* ---- call stacks ---- */
+
+/* The executable segment holding this file's code: frames inside it are
+ * rankmem's own and are dropped, so a call site is the user's code. */
+static uintptr_t self_lo, self_hi;
+static pthread_once_t self_once = PTHREAD_ONCE_INIT;
+
+static int find_self(struct dl_phdr_info *info, size_t size, void *arg)
+{
+    (void)size;
+    uintptr_t a = (uintptr_t)arg;
+    for (int i = 0; i < info->dlpi_phnum; i++) {
+        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
+        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
+            continue;
+        uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
+        if (a >= lo && a < lo + ph->p_memsz) {
+            self_lo = lo;
+            self_hi = lo + ph->p_memsz;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+static void init_self(void)
+{
+    dl_iterate_phdr(find_self, (void *)(uintptr_t)&find_self);
+    /* Warm up: glibc's first backtrace() loads libgcc_s. */
+    void *f[2];
+    (void)backtrace(f, 2);
+}
+
+static inline int in_self(const void *pc)
+{
+    return (uintptr_t)pc >= self_lo && (uintptr_t)pc < self_hi;
+}
+
+static int capture(void **frames)
+{
+    void *all[MAX_FRAMES + SKIP_MAX];
+    int n = backtrace(all, MAX_FRAMES + SKIP_MAX);
+    /* Above our frames may sit backtrace's own (a sanitizer intercepts it);
+     * below them is the caller. */
+    int first = 0;
+    while (first < n && !in_self(all[first]))
+        first++;
+    if (first == n) /* none of ours seen: keep everything */
+        first = 0;
+    while (first < n && in_self(all[first]))
+        first++;
+    if (first == n) /* linked statically into one image: cannot tell, keep all but ours */
+        first = n > 1 ? 1 : 0;
+    int k = n - first < MAX_FRAMES ? n - first : MAX_FRAMES;
+    memcpy(frames, all + first, (size_t)k * sizeof *frames);
+    return k;
+}
+
+/* ---- allocate / deallocate ---- */
+
+static size_t record_size(const tracking_t *t)
+{
+    return sizeof(record_t) + (t->backtraces ? MAX_FRAMES * sizeof(void *) : 0);
+}
+
+static rankmem_status_t tracking_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                          rankmem_stream_t stream, void **ptr_p)
+{
+    tracking_t *t = (tracking_t *)mr;
+    rankmem_resource_t *up = mr->upstream;
+    record_t *r = malloc(record_size(t));
+    if (!r)
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
+                        "tracking: no host memory for the record of a %zu-byte allocation", bytes);
+    r->bytes = bytes;
+    r->stream = stream;
+    r->nframes = t->backtraces ? capture(r->frames) : 0;
+    void *p;
+    rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, &p);
+    if (st != RANKMEM_SUCCESS) {
+        free(r);
+        return st;
+    }
+    pthread_mutex_lock(&t->lock);
+    /* Present already: it was freed behind our back (straight to the
+     * upstream) and handed out again. The new allocation replaces it. */
+    record_t *stale = rk_ptrmap_remove(&t->map, p);
+    if (stale)
+        t->bytes -= stale->bytes;
+    st = rk_ptrmap_insert(&t->map, p, r);
+    if (st == RANKMEM_SUCCESS) {
+        t->bytes += bytes;
+        if (t->bytes > t->bytes_high)
+            t->bytes_high = t->bytes;
+    }
+    pthread_mutex_unlock(&t->lock);
+    free(stale);
+    if (st != RANKMEM_SUCCESS) {
+        up->ops->deallocate(up, p, bytes, alignment, stream);
+        free(r);
+        return rk_error(st, "tracking: cannot record a %zu-byte allocation", bytes);
+    }
+    *ptr_p = p;
+    return RANKMEM_SUCCESS;
+}
+
+static rankmem_status_t tracking_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                            size_t alignment, rankmem_stream_t stream)
+{
+    tracking_t *t = (tracking_t *)mr;
+    rankmem_resource_t *up = mr->upstream;
+    pthread_mutex_lock(&t->lock);
+    record_t *r = rk_ptrmap_get(&t->map, ptr);
+    if (!r) {
+        pthread_mutex_unlock(&t->lock);
+        return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                        "tracking: deallocate of %p (%zu bytes), which is not live here "
+                        "(double free or foreign pointer)",
+                        ptr, bytes);
+    }
+    if (r->bytes != bytes) {
+        size_t had = r->bytes;
+        pthread_mutex_unlock(&t->lock);
+        return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                        "tracking: deallocate of %p with %zu bytes, but it was allocated with "
+                        "%zu bytes",
+                        ptr, bytes, had);
+    }
+    rk_ptrmap_remove(&t->map, ptr);
+    t->bytes -= bytes;
+    pthread_mutex_unlock(&t->lock);
+    rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+    if (st != RANKMEM_SUCCESS) {
+        /* The upstream kept it: it is still live. Removing one entry left
+         * room for it, so this insert cannot need to grow the map. */
+        pthread_mutex_lock(&t->lock);
+        if (rk_ptrmap_insert(&t->map, ptr, r) == RANKMEM_SUCCESS)
+            t->bytes += bytes;
+        else
+            free(r);
+        pthread_mutex_unlock(&t->lock);
+        return st;
+    }
+    free(r);
+    return RANKMEM_SUCCESS;
+}
+
+/* ---- snapshots, list and report ---- */
+
+typedef struct {
+    void *ptr;
+    size_t bytes;
+    rankmem_stream_t stream;
+    int nframes;
+    void *frames[MAX_FRAMES];
+} entry_t;
+
+typedef struct {
+    entry_t *e;
+    size_t n;
+} snap_t;
+
+static void snap_one(const void *key, void *value, void *arg)
+{
+    snap_t *s = arg;
+    const record_t *r = value;
+    entry_t *e = &s->e[s->n++];
+    e->ptr = (void *)key;
+    e->bytes = r->bytes;
+    e->stream = r->stream;
+    e->nframes = r->nframes;
+    memcpy(e->frames, r->frames, (size_t)r->nframes * sizeof(void *));
+}
+
+/* A copy of every live record, so that formatting runs without the lock. */
+static rankmem_status_t snapshot(tracking_t *t, snap_t *s, size_t *bytes_p)
+{
+    pthread_mutex_lock(&t->lock);
+    size_t n = t->map.count;
+    s->n = 0;
+    s->e = malloc((n ? n : 1) * sizeof *s->e);
+    if (!s->e) {
+        pthread_mutex_unlock(&t->lock);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
+                        "tracking: no host memory to copy %zu live allocations", n);
+    }
+    rk_ptrmap_each(&t->map, snap_one, s);
+    if (bytes_p)
+        *bytes_p = t->bytes;
+    pthread_mutex_unlock(&t->lock);
+    return RANKMEM_SUCCESS;
+}
+
+/* Largest first; equal sizes by address, so that output repeats. */
+static int by_size(const void *a, const void *b)
+{
+    const entry_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return (uintptr_t)x->ptr < (uintptr_t)y->ptr ? -1 : (uintptr_t)x->ptr > (uintptr_t)y->ptr;
+}
+
+static int by_stack(const void *a, const void *b)
+{
+    const entry_t *x = a, *y = b;
+    if (x->nframes != y->nframes)
+        return x->nframes < y->nframes ? -1 : 1;
+    int c = memcmp(x->frames, y->frames, (size_t)x->nframes * sizeof(void *));
+    return c ? c : by_size(a, b);
+}
+
+static int same_stack(const entry_t *x, const entry_t *y)
+{
+    return x->nframes == y->nframes &&
+           memcmp(x->frames, y->frames, (size_t)x->nframes * sizeof(void *)) == 0;
+}
+
+static rankmem_status_t check_tracking(rankmem_resource_t *mr, const char *fn)
+{
+    if (!mr)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "%s: NULL resource", fn);
+    if (mr->ops != &tracking_ops)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "%s: resource '%s' is not a tracking adaptor", fn,
+                        mr->ops->name ? mr->ops->name : "unnamed");
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_tracking_outstanding(rankmem_resource_t *mr, size_t *bytes_p,
+                                              size_t *count_p)
+{
+    rankmem_status_t st = check_tracking(mr, "rankmem_tracking_outstanding");
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    if (!bytes_p || !count_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_tracking_outstanding: NULL %s",
+                        bytes_p ? "count output" : "bytes output");
+    tracking_t *t = (tracking_t *)mr;
+    pthread_mutex_lock(&t->lock);
+    size_t b = t->bytes, n = t->map.count;
+    pthread_mutex_unlock(&t->lock);
+    *bytes_p = b;
+    *count_p = n;
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_tracking_list(rankmem_resource_t *mr, rankmem_allocation_t *out,
+                                       size_t capacity, size_t *count_p)
+{
+    rankmem_status_t st = check_tracking(mr, "rankmem_tracking_list");
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    if (!count_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_tracking_list: NULL count output");
+    if (!out && capacity)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_tracking_list: NULL array with capacity %zu", capacity);
+    snap_t s;
+    if ((st = snapshot((tracking_t *)mr, &s, NULL)) != RANKMEM_SUCCESS)
+        return st;
+    qsort(s.e, s.n, sizeof *s.e, by_size);
+    for (size_t i = 0; i < s.n && i < capacity; i++)
+        out[i] = (rankmem_allocation_t){s.e[i].ptr, s.e[i].bytes, s.e[i].stream};
+    *count_p = s.n;
+    free(s.e);
+    return RANKMEM_SUCCESS;
+}
+
+static void print_entry(FILE *out, const entry_t *e)
+{
+    fprintf(out, "  0x%" PRIxPTR ": %zu bytes, stream 0x%" PRIxPTR "\n", (uintptr_t)e->ptr,
+            e->bytes, (uintptr_t)e->stream);
+}
+
+typedef struct {
+    size_t first, n, bytes;
+} group_t;
+
+static int group_by_bytes(const void *a, const void *b)
+{
+    const group_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes > y->bytes ? -1 : 1;
+    return x->first < y->first ? -1 : x->first > y->first;
+}
+
+static rankmem_status_t report_sites(FILE *out, snap_t *s, size_t total)
+{
+    qsort(s->e, s->n, sizeof *s->e, by_stack); /* same stacks side by side */
+    group_t *g = malloc((s->n ? s->n : 1) * sizeof *g);
+    if (!g)
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "tracking: no host memory for the report");
+    size_t ng = 0;
+    for (size_t i = 0; i < s->n; i++) {
+        if (i == 0 || !same_stack(&s->e[i - 1], &s->e[i]))
+            g[ng++] = (group_t){i, 0, 0};
+        g[ng - 1].n++;
+        g[ng - 1].bytes += s->e[i].bytes;
+    }
+    qsort(g, ng, sizeof *g, group_by_bytes);
+    fprintf(out, "rankmem tracking: %zu live allocations, %zu bytes, %zu call sites\n", s->n,
+            total, ng);
+    for (size_t k = 0; k < ng; k++) {
+        entry_t *e = &s->e[g[k].first];
+        fprintf(out, "call site %zu of %zu: %zu allocations, %zu bytes\n", k + 1, ng, g[k].n,
+                g[k].bytes);
+        char **names = e->nframes ? backtrace_symbols(e->frames, e->nframes) : NULL;
+        for (int f = 0; f < e->nframes; f++) {
+            if (names)
+                fprintf(out, "    at %s\n", names[f]);
+            else
+                fprintf(out, "    at 0x%" PRIxPTR "\n", (uintptr_t)e->frames[f]);
+        }
+        if (!e->nframes)
+            fprintf(out, "    (no stack)\n");
+        free(names);
+        for (size_t i = 0; i < g[k].n; i++) /* sorted largest first within the stack */
+            print_entry(out, &e[i]);
+    }
+    free(g);
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_tracking_report(rankmem_resource_t *mr, FILE *out)
+{
+    rankmem_status_t st = check_tracking(mr, "rankmem_tracking_report");
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    if (!out)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_tracking_report: NULL FILE");
+    tracking_t *t = (tracking_t *)mr;
+    snap_t s;
+    size_t total;
+    if ((st = snapshot(t, &s, &total)) != RANKMEM_SUCCESS)
+        return st;
+    if (t->backtraces) {
+        st = report_sites(out, &s, total);
+    } else {
+        qsort(s.e, s.n, sizeof *s.e, by_size);
+        fprintf(out, "rankmem tracking: %zu live allocations, %zu bytes\n", s.n, total);
+        for (size_t i = 0; i < s.n; i++)
+            print_entry(out, &s.e[i]);
+    }
+    free(s.e);
+    if (st == RANKMEM_SUCCESS && (fflush(out) != 0 || ferror(out)))
+        st = rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_tracking_report: cannot write the report");
+    return st;
+}
+
+/* ---- the rest of the interface ---- */
+
+static rankmem_status_t tracking_query(rankmem_resource_t *mr, rankmem_query_t what,
+                                       size_t *value_p)
+{
+    tracking_t *t = (tracking_t *)mr;
+    size_t v;
+    switch (what) {
+    case RANKMEM_QUERY_USED_CURRENT:
+    case RANKMEM_QUERY_USED_HIGH:
+    case RANKMEM_QUERY_LIVE_COUNT:
+        pthread_mutex_lock(&t->lock);
+        v = what == RANKMEM_QUERY_USED_CURRENT ? t->bytes
+            : what == RANKMEM_QUERY_USED_HIGH  ? t->bytes_high
+                                               : t->map.count;
+        pthread_mutex_unlock(&t->lock);
+        *value_p = v;
+        return RANKMEM_SUCCESS;
+    default:
+        return rankmem_resource_query(mr->upstream, what, value_p);
+    }
+}
+
+static rankmem_status_t tracking_trim(rankmem_resource_t *mr, size_t keep_bytes)
+{
+    return rankmem_resource_trim(mr->upstream, keep_bytes);
+}
+
+static void free_record(const void *key, void *value, void *arg)
+{
+    (void)key;
+    (void)arg;
+    free(value);
+}
+
+/* Live allocations at the end are the user's leak: say so once and forget
+ * them. The memory stays with the upstream, which reclaims it as it sees fit. */
+static rankmem_status_t tracking_finalize(rankmem_resource_t *mr)
+{
+    tracking_t *t = (tracking_t *)mr;
+    if (t->map_ok) {
+        if (t->map.count)
+            fprintf(stderr,
+                    "rankmem: tracking: released with %zu live allocations (%zu bytes) still "
+                    "held by its upstream\n",
+                    t->map.count, t->bytes);
+        rk_ptrmap_each(&t->map, free_record, NULL);
+        rk_ptrmap_fini(&t->map);
+    }
+    if (t->lock_ok)
+        pthread_mutex_destroy(&t->lock);
+    free(t);
+    return RANKMEM_SUCCESS;
+}
+
+static int tracking_describe(const rankmem_resource_t *mr, char *buf, size_t len)
+{
+    const tracking_t *t = (const tracking_t *)mr;
+    return snprintf(buf, len, t->backtraces ? "tracking(backtraces=1)" : "tracking");
+}
+
+static const rankmem_resource_ops_t tracking_ops = {
+    .size = sizeof(rankmem_resource_ops_t),
+    .name = "tracking",
+    .allocate = tracking_allocate,
+    .deallocate = tracking_deallocate,
+    .query = tracking_query,
+    .trim = tracking_trim,
+    .finalize = tracking_finalize,
+    .describe = tracking_describe,
+};
+
+rankmem_status_t rankmem_tracking_create(rankmem_resource_t *upstream, int backtraces,
+                                         rankmem_resource_t **mr_p)
+{
+    if (!upstream || !mr_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_tracking_create: NULL %s",
+                        upstream ? "output pointer" : "upstream");
+    rankmem_resource_t *mr;
+    rankmem_status_t st = rk_resource_new(sizeof(tracking_t), &tracking_ops, upstream->props,
+                                          upstream, &mr);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    mr->device = upstream->device;
+    tracking_t *t = (tracking_t *)mr;
+    t->backtraces = backtraces != 0;
+    if (pthread_mutex_init(&t->lock, NULL) != 0) {
+        rankmem_resource_release(mr);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_tracking_create: cannot create a mutex");
+    }
+    t->lock_ok = 1;
+    if ((st = rk_ptrmap_init(&t->map, 0)) != RANKMEM_SUCCESS) {
+        rankmem_resource_release(mr);
+        return rk_error(st, "rankmem_tracking_create: no host memory for the pointer map");
+    }
+    t->map_ok = 1;
+    if (t->backtraces)
+        pthread_once(&self_once, init_self);
+    *mr_p = mr;
+    return RANKMEM_SUCCESS;
+}

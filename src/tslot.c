@@ -1,0 +1,136 @@
+/* tslot: see tslot.h. */
+#include "tslot.h"
+
+#include <pthread.h>
+#include <stdlib.h>
+#include <string.h>
+
+struct rk_tslot_thread {
+    rk_tslot_t *slots; /* this thread's slots, all sets (global lock) */
+    int registered;    /* the key's destructor will run at exit */
+};
+
+__thread rk_tslot_cache_t rk_tslot_cache[RK_TSLOT_CACHE] __attribute__((tls_model("initial-exec")));
+static __thread rk_tslot_thread_t self;
+
+/* Guards slot ownership and the per-thread lists; taken only on slow paths. */
+static pthread_mutex_t global_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_once_t key_once = PTHREAD_ONCE_INIT;
+static pthread_key_t exit_key;
+static int key_ok;
+static uint64_t next_id = 1; /* atomic; 0 marks an empty cache entry */
+
+static void unlink_thread(rk_tslot_t *t)
+{
+    if (t->tprev)
+        t->tprev->tnext = t->tnext;
+    else
+        t->thread->slots = t->tnext;
+    if (t->tnext)
+        t->tnext->tprev = t->tprev;
+    t->tprev = t->tnext = NULL;
+    t->thread = NULL;
+}
+
+/* Thread exit: orphan the thread's slots so the next thread adopts them. */
+static void thread_exit(void *arg)
+{
+    rk_tslot_thread_t *th = arg;
+    pthread_mutex_lock(&global_lock);
+    while (th->slots)
+        unlink_thread(th->slots);
+    th->registered = 0;
+    pthread_mutex_unlock(&global_lock);
+    /* A later call from another destructor of this thread must take the slow path again. */
+    memset(rk_tslot_cache, 0, sizeof rk_tslot_cache);
+}
+
+static void make_key(void) { key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
+
+/* If the library is unloaded, exiting threads must not call into unmapped code. */
+__attribute__((destructor)) static void tslot_unload(void)
+{
+    if (key_ok)
+        pthread_key_delete(exit_key);
+    key_ok = 0;
+}
+
+void rk_tslot_set_init(rk_tslot_set_t *set, size_t payload_size, rk_tslot_attach_fn attach)
+{
+    set->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
+    set->payload_size = payload_size;
+    set->attach = attach;
+    set->head = NULL;
+}
+
+void *rk_tslot_get_slow(rk_tslot_set_t *set)
+{
+    pthread_once(&key_once, make_key);
+    rk_tslot_thread_t *th = &self;
+    pthread_mutex_lock(&global_lock);
+    rk_tslot_t *t = th->slots;
+    while (t && t->set != set) /* evicted from the cache by another set */
+        t = t->tnext;
+    if (!t) {
+        /* Without the exit hook a dead thread's slot would keep pointing into
+         * its freed TLS: the caller takes its slot-less fallback instead. */
+        if (!th->registered) {
+            if (!key_ok || pthread_setspecific(exit_key, th) != 0) {
+                pthread_mutex_unlock(&global_lock);
+                return NULL;
+            }
+            th->registered = 1;
+        }
+        int fresh = 0;
+        for (t = set->head; t && t->thread; t = t->next)
+            ;
+        if (!t) {
+            size_t bytes = rk_align_up(RK_TSLOT_HEADER + set->payload_size, RK_TSLOT_ALIGN);
+            t = aligned_alloc(RK_TSLOT_ALIGN, bytes);
+            if (!t) {
+                pthread_mutex_unlock(&global_lock);
+                return NULL;
+            }
+            memset(t, 0, bytes);
+            t->set = set;
+            fresh = 1;
+        }
+        t->thread = th;
+        t->tprev = NULL;
+        t->tnext = th->slots;
+        if (t->tnext)
+            t->tnext->tprev = t;
+        th->slots = t;
+        if (set->attach)
+            set->attach(set, rk_tslot_payload(t), fresh);
+        if (fresh) {
+            t->next = set->head;
+            __atomic_store_n(&set->head, t, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&global_lock);
+    void *payload = rk_tslot_payload(t);
+    rk_tslot_cache[set->id % RK_TSLOT_CACHE] = (rk_tslot_cache_t){set->id, payload};
+    return payload;
+}
+
+void rk_tslot_set_fini(rk_tslot_set_t *set, void (*fn)(void *payload, void *arg), void *arg)
+{
+    pthread_mutex_lock(&global_lock);
+    rk_tslot_t *t = set->head;
+    set->head = NULL;
+    while (t) {
+        rk_tslot_t *next = t->next;
+        if (t->thread)
+            unlink_thread(t);
+        if (fn)
+            fn(rk_tslot_payload(t), arg);
+        free(t);
+        t = next;
+    }
+    pthread_mutex_unlock(&global_lock);
+    /* Other threads' cache entries keep this id, which is never handed out again. */
+    rk_tslot_cache_t *c = &rk_tslot_cache[set->id % RK_TSLOT_CACHE];
+    if (c->id == set->id)
+        *c = (rk_tslot_cache_t){0, NULL};
+}
