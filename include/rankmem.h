@@ -7,6 +7,7 @@
 #include <rankmem/resource.h>
 #include <rankmem/resources.h>
 #include <rankmem/adaptors.h>
+#include <rankmem/suballocators.h>
 #include <rankmem/config.h>
 
 #define RANKMEM_VERSION_MAJOR 0
