@@ -49,7 +49,8 @@
 #define DESC_SLAB 256    /* descriptors allocated together */
 #define NSHARDS 32       /* a power of two */
 #define MIN_GROWTH ((size_t)2 << 20)
-#define MAX_GEOMETRIC_GROWTH ((size_t)4 << 30)
+#define MAX_GEOMETRIC_GROWTH ((size_t)1 << 30)
+#define GROWTH_SHIFT 3 /* grow by an eighth of what is held: reserved stays within ~1.125x of need */
 #define MAX_GRANT ((size_t)64 << 20) /* what a stream or shard keeps when it takes memory */
 
 typedef struct blk blk_t;
@@ -557,7 +558,9 @@ static rankmem_status_t grow(pool_t *p, rankmem_stream_t stream, size_t need, in
     else if (p->growth)
         size = need > p->growth ? need : p->growth;
     else {
-        size_t g = p->held < MAX_GEOMETRIC_GROWTH ? p->held : MAX_GEOMETRIC_GROWTH;
+        size_t g = p->held >> GROWTH_SHIFT;
+        if (g > MAX_GEOMETRIC_GROWTH)
+            g = MAX_GEOMETRIC_GROWTH;
         if (g < MIN_GROWTH)
             g = MIN_GROWTH;
         if (size < g)

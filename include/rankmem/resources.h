@@ -75,7 +75,8 @@ typedef struct rankmem_pool_params {
     size_t size;          /* sizeof(rankmem_pool_params_t) */
     size_t initial_size;  /* first chunk taken from upstream; 0 = none until needed */
     size_t maximum_size;  /* total bytes the pool may hold; SIZE_MAX = unbounded */
-    size_t growth_size;   /* minimum chunk when growing; 0 = double what is held */
+    size_t growth_size;   /* minimum chunk when growing; 0 = an eighth of what is held
+                             (2 MiB to 1 GiB), so reserved stays close to peak use */
 } rankmem_pool_params_t;
 
 /* Default params: initial 0, maximum SIZE_MAX, growth 0 (geometric). */
