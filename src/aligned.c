@@ -13,6 +13,7 @@
  * (upstream honours the alignment) takes no lock: a count of padded blocks
  * tells deallocate whether the map can hold anything. */
 #include "internal.h"
+#include "config_internal.h"
 #include "ptrmap.h"
 
 #include <pthread.h>
@@ -131,23 +132,11 @@ static rankmem_status_t aligned_finalize(rankmem_resource_t *mr)
     return RANKMEM_SUCCESS;
 }
 
-/* Exact binary units where they are exact, else bytes: what the spec parser reads back. */
-static int put_size(char *buf, size_t len, size_t v)
-{
-    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
-    for (int i = 0; i < 4; i++) {
-        size_t unit = (size_t)1 << (10 * (4 - i));
-        if (v >= unit && v % unit == 0)
-            return snprintf(buf, len, "%zu%s", v / unit, units[i]);
-    }
-    return snprintf(buf, len, "%zu", v);
-}
-
 static int aligned_describe(const rankmem_resource_t *mr, char *buf, size_t len)
 {
     const aligned_t *al = (const aligned_t *)mr;
     char threshold[32];
-    put_size(threshold, sizeof threshold, al->threshold);
+    rk_format_size(threshold, sizeof threshold, al->threshold);
     /* The alignment in plain bytes: it is read as a number, not a size. */
     return snprintf(buf, len, "aligned(alignment=%zu,threshold=%s)", al->alignment, threshold);
 }

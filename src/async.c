@@ -6,8 +6,10 @@
  * Both share one struct and every op except their names. Allocation is one
  * runtime call (~1.6 us): no checks that cost a call are added on that path. */
 #include "internal.h"
+#include "config_internal.h"
 
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #define KNOWN_HANDLES (RANKMEM_HANDLE_POSIX_FD | RANKMEM_HANDLE_FABRIC)
@@ -54,6 +56,7 @@ typedef struct rk_async {
     rankmem_resource_t base;
     cudaMemPool_t pool;
     int owned; /* we created the pool, so we destroy it; never the default pool */
+    rankmem_async_params_t params; /* as created, for describe (owned pools) */
 } rk_async_t;
 
 static const rankmem_resource_ops_t async_ops, async_view_ops;
@@ -152,6 +155,32 @@ static rankmem_status_t async_finalize(rankmem_resource_t *mr)
     return RANKMEM_SUCCESS;
 }
 
+/* Spec syntax: the default pool, or the options of our own pool that differ
+ * from rankmem_async_params_default(). */
+static int async_describe(const rankmem_resource_t *mr, char *buf, size_t len)
+{
+    const rk_async_t *am = (const rk_async_t *)mr;
+    if (!am->owned)
+        return snprintf(buf, len, "async(default=1)");
+    char opts[128] = "", sz[40];
+    size_t o = 0;
+    if (am->params.initial_pool_size) {
+        rk_format_size(sz, sizeof sz, am->params.initial_pool_size);
+        o += (size_t)snprintf(opts + o, sizeof opts - o, ",initial=%s", sz);
+    }
+    if (am->params.release_threshold != SIZE_MAX) {
+        rk_format_size(sz, sizeof sz, am->params.release_threshold);
+        o += (size_t)snprintf(opts + o, sizeof opts - o, ",release=%s", sz);
+    }
+    int h = am->params.handle_type;
+    if (h != RANKMEM_HANDLE_NONE)
+        o += (size_t)snprintf(opts + o, sizeof opts - o, ",export=%s",
+                              h == RANKMEM_HANDLE_POSIX_FD ? "posix_fd"
+                              : h == RANKMEM_HANDLE_FABRIC ? "fabric"
+                                                           : "posix_fd+fabric");
+    return o ? snprintf(buf, len, "async(%s)", opts + 1) : snprintf(buf, len, "async");
+}
+
 static const rankmem_resource_ops_t async_ops = {
     .size = sizeof(rankmem_resource_ops_t),
     .name = "async",
@@ -161,6 +190,7 @@ static const rankmem_resource_ops_t async_ops = {
     .is_equal = async_is_equal,
     .trim = async_trim,
     .finalize = async_finalize,
+    .describe = async_describe,
 };
 
 static const rankmem_resource_ops_t async_view_ops = {
@@ -287,6 +317,8 @@ rankmem_status_t rankmem_async_create(const rankmem_async_params_t *params,
     if (st != RANKMEM_SUCCESS) {
         (void)cudaMemPoolDestroy(pool);
         (void)cudaGetLastError();
+    } else {
+        ((rk_async_t *)*mr_p)->params = *params;
     }
     return st;
 }

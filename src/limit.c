@@ -8,6 +8,7 @@
  * refuses is given back. Counts the bytes requested, not what the upstream
  * rounds them up to: the limit is on what the user asked for. */
 #include "internal.h"
+#include "config_internal.h"
 
 #include <stdint.h>
 #include <stdio.h>
@@ -91,23 +92,11 @@ static rankmem_status_t limit_finalize(rankmem_resource_t *mr)
     return RANKMEM_SUCCESS;
 }
 
-/* Exact binary units where they are exact, else bytes: what the spec parser reads back. */
-static int put_size(char *buf, size_t len, size_t v)
-{
-    static const char *const units[] = {"TiB", "GiB", "MiB", "KiB"};
-    for (int i = 0; i < 4; i++) {
-        size_t unit = (size_t)1 << (10 * (4 - i));
-        if (v >= unit && v % unit == 0)
-            return snprintf(buf, len, "%zu%s", v / unit, units[i]);
-    }
-    return snprintf(buf, len, "%zu", v);
-}
-
 static int limit_describe(const rankmem_resource_t *mr, char *buf, size_t len)
 {
     const limit_t *l = (const limit_t *)mr;
     char size[32];
-    put_size(size, sizeof size, l->limit);
+    rk_format_size(size, sizeof size, l->limit);
     return snprintf(buf, len, "limit(bytes=%s)", size);
 }
 

@@ -20,6 +20,7 @@
  * free. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "config_internal.h"
 #include "tslot.h"
 
 #include <errno.h>
@@ -283,6 +284,9 @@ static rankmem_status_t logging_finalize(rankmem_resource_t *mr)
 static int logging_describe(const rankmem_resource_t *mr, char *buf, size_t len)
 {
     const logging_t *lg = (const logging_t *)mr;
+    /* Quoted when the path holds what the spec grammar uses as punctuation. */
+    if (lg->explicit_path && strpbrk(lg->path, ",()>= \t"))
+        return snprintf(buf, len, "logging(file=\"%s\")", lg->path);
     if (lg->explicit_path)
         return snprintf(buf, len, "logging(file=%s)", lg->path);
     return snprintf(buf, len, "logging");
@@ -321,7 +325,8 @@ rankmem_status_t rankmem_logging_create(rankmem_resource_t *upstream, const char
                         upstream ? "output pointer" : "upstream");
     int explicit_path = path != NULL;
     if (!path) {
-        path = getenv("RANKMEM_LOG_FILE");
+        if (rk_option_string("RANKMEM_LOG_FILE", &path) != RANKMEM_SUCCESS)
+            path = NULL;
         if (!path || !*path)
             return rk_error(RANKMEM_ERR_CONFIG,
                             "logging: no log file: pass a path or set RANKMEM_LOG_FILE");

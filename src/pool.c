@@ -506,7 +506,8 @@ static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
     slist_t *l = list_for(dst, stream, 1);
     if (!sp || !l || sync_free_streams(p) != RANKMEM_SUCCESS)
         goto out;
-    qsort(p->chunks, p->nchunks, sizeof *p->chunks, cmp_chunk);
+    if (p->nchunks > 1)
+        qsort(p->chunks, p->nchunks, sizeof *p->chunks, cmp_chunk);
     /* dst's own streams merge through their links, so later frees of their
      * neighbours still coalesce; other shards' blocks move as regions. */
     for (size_t k = 0; k < dst->nlists; k++)
@@ -529,7 +530,8 @@ static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
             }
         }
     }
-    qsort(sp, n, sizeof *sp, cmp_span);
+    if (n > 1)
+        qsort(sp, n, sizeof *sp, cmp_span);
     for (size_t i = 0; i < n;) {
         span_t m = sp[i++];
         size_t c = chunk_of(p, m.ptr);
@@ -857,7 +859,8 @@ static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes)
         result = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory to trim");
     if (result != RANKMEM_SUCCESS)
         goto out;
-    qsort(p->chunks, p->nchunks, sizeof *p->chunks, cmp_chunk);
+    if (p->nchunks > 1)
+        qsort(p->chunks, p->nchunks, sizeof *p->chunks, cmp_chunk);
     for (int i = 0; i < NSHARDS; i++)
         for (size_t k = 0; k < p->shards[i].nlists; k++) {
             slist_t *t = p->shards[i].lists[k];
@@ -1085,6 +1088,10 @@ rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
     /* Sizes are kept in whole units: a maximum rounds down, the rest round up. */
     if (prm.maximum_size != SIZE_MAX)
         prm.maximum_size &= ~(UNIT - 1);
+    if (prm.maximum_size == 0)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_pool_create: maximum size %zu is below one block (%zu bytes)",
+                        params->maximum_size, (size_t)UNIT);
     prm.initial_size = rk_align_up(prm.initial_size, UNIT);
     prm.growth_size = rk_align_up(prm.growth_size, UNIT);
 

@@ -2,6 +2,7 @@
  * are read without a lock (atomic loads); the lock serialises the lazy
  * creation of a device's first resource and every replacement. */
 #include "internal.h"
+#include "config_internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
@@ -18,7 +19,10 @@ static int nslots;
 static void registry_setup(void)
 {
     int n = rk_gpu_count();
-    if (n == 0) {
+    int quiet = 0;
+    if (rk_option_bool("RANKMEM_QUIET", &quiet) != RANKMEM_SUCCESS)
+        quiet = 0; /* a bad value was reported by the option reader; keep the notice */
+    if (n == 0 && !quiet) {
         /* Host-only runs are a supported mode, not an error: say it once. */
         fprintf(stderr, "rankmem: no GPU (%s); the current resource is host memory\n",
                 rk_gpu_absent_reason());

@@ -49,6 +49,10 @@ typedef struct rankmem_option_info {
 
 RANKMEM_API rankmem_status_t rankmem_option_count(size_t *count_p);
 RANKMEM_API rankmem_status_t rankmem_option_info(size_t index, rankmem_option_info_t *info_p);
+/* Check option index's current value against its type (and, for
+ * RANKMEM_RESOURCE, the spec syntax): RANKMEM_SUCCESS, or RANKMEM_ERR_CONFIG
+ * naming the variable in rankmem_last_error(). Bad index: INVALID_ARGUMENT. */
+RANKMEM_API rankmem_status_t rankmem_option_check(size_t index);
 /* Current string value of an option, by its full name. Unknown name: INVALID_ARGUMENT. */
 RANKMEM_API rankmem_status_t rankmem_option_get(const char *name, const char **value_p);
 

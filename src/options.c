@@ -1,0 +1,605 @@
+/* RANKMEM_* options and the typed parsers that options and spec strings share.
+ *
+ * One static table lists every option: name, type, default, one line of help
+ * and, for enums, the choices. The environment is read once (pthread_once)
+ * and copied, so later setenv() calls cannot change what the library sees
+ * halfway through a run. Values are checked against their type when they are
+ * asked for: a bad value is RANKMEM_ERR_CONFIG naming the variable, never a
+ * silent fall-back to the default. A RANKMEM_* variable that is not in the
+ * table is reported once on stderr, with the closest known name, because a
+ * typo would otherwise pass unnoticed. */
+#define _GNU_SOURCE
+#include "config_internal.h"
+
+#include <ctype.h>
+#include <errno.h>
+#include <limits.h>
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+extern char **environ;
+
+/* ---- sizes ---- */
+
+static int is_space(char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r'; }
+
+static void trim(const char **s, size_t *len)
+{
+    while (*len && is_space(**s)) {
+        (*s)++;
+        (*len)--;
+    }
+    while (*len && is_space((*s)[*len - 1]))
+        (*len)--;
+}
+
+/* Digits kept after the decimal point: enough for any byte count, small
+ * enough that fraction * unit never overflows 128 bits. */
+#define MAX_FRACTION_DIGITS 18
+
+rankmem_status_t rk_parse_size(const char *text, size_t len, size_t percent_base, size_t *bytes_p,
+                               const char **why_p)
+{
+    const char *s = text;
+    trim(&s, &len);
+    const char *end = s + len;
+    if (s == end) {
+        *why_p = "empty";
+        return RANKMEM_ERR_CONFIG;
+    }
+    if (*s == '-') {
+        *why_p = "negative";
+        return RANKMEM_ERR_CONFIG;
+    }
+    if (!isdigit((unsigned char)*s) && *s != '.') {
+        *why_p = "not a number";
+        return RANKMEM_ERR_CONFIG;
+    }
+    /* Integer part, saturating: anything past SIZE_MAX is too large whatever follows. */
+    unsigned __int128 ip = 0;
+    int ndigits = 0, too_big = 0;
+    for (; s < end && isdigit((unsigned char)*s); s++, ndigits++) {
+        ip = ip * 10 + (unsigned)(*s - '0');
+        if (ip > SIZE_MAX) {
+            too_big = 1;
+            ip = (unsigned __int128)SIZE_MAX + 1;
+        }
+    }
+    if (s < end && *s == '^') { /* 2^N */
+        if (ndigits == 0 || ip != 2) {
+            *why_p = "only 2^N is allowed as a power";
+            return RANKMEM_ERR_CONFIG;
+        }
+        s++;
+        unsigned long e = 0;
+        int edigits = 0;
+        for (; s < end && isdigit((unsigned char)*s); s++, edigits++)
+            e = e > 1000 ? e : e * 10 + (unsigned long)(*s - '0');
+        if (!edigits) {
+            *why_p = "expected an exponent after '^'";
+            return RANKMEM_ERR_CONFIG;
+        }
+        if (s != end) {
+            *why_p = "unexpected text after 2^N";
+            return RANKMEM_ERR_CONFIG;
+        }
+        if (e >= sizeof(size_t) * CHAR_BIT) {
+            *why_p = "too large";
+            return RANKMEM_ERR_CONFIG;
+        }
+        *bytes_p = (size_t)1 << e;
+        return RANKMEM_SUCCESS;
+    }
+    unsigned __int128 frac = 0, scale = 1;
+    if (s < end && *s == '.') {
+        s++;
+        for (; s < end && isdigit((unsigned char)*s); s++, ndigits++)
+            if (scale < (unsigned __int128)1000000000000000000ull) { /* 10^18 */
+                frac = frac * 10 + (unsigned)(*s - '0');
+                scale *= 10;
+            }
+    }
+    if (ndigits == 0) {
+        *why_p = "not a number";
+        return RANKMEM_ERR_CONFIG;
+    }
+    while (s < end && is_space(*s)) /* "12 MiB" */
+        s++;
+    const char *u = s;
+    size_t ulen = (size_t)(end - u);
+    unsigned __int128 unit = 1;
+    int percent = 0;
+    /* Case-insensitive; K, KB and KiB all mean 1024 (memory is sized in binary units). */
+    static const struct {
+        const char *name;
+        unsigned shift;
+    } units[] = {
+        {"", 0},    {"b", 0},    {"k", 10},  {"kb", 10},  {"kib", 10}, {"m", 20},
+        {"mb", 20}, {"mib", 20}, {"g", 30},  {"gb", 30},  {"gib", 30}, {"t", 40},
+        {"tb", 40}, {"tib", 40},
+    };
+    if (ulen == 1 && *u == '%') {
+        percent = 1;
+    } else {
+        size_t k = 0;
+        for (; k < sizeof units / sizeof units[0]; k++)
+            if (strlen(units[k].name) == ulen && strncasecmp(units[k].name, u, ulen) == 0)
+                break;
+        if (k == sizeof units / sizeof units[0]) {
+            *why_p = "unknown unit (expected K, M, G, T, KB..TB, KiB..TiB or %)";
+            return RANKMEM_ERR_CONFIG;
+        }
+        unit = (unsigned __int128)1 << units[k].shift;
+    }
+    if (too_big) {
+        *why_p = "too large";
+        return RANKMEM_ERR_CONFIG;
+    }
+    unsigned __int128 v;
+    if (percent) {
+        if (percent_base == 0) {
+            *why_p = "% not allowed here";
+            return RANKMEM_ERR_CONFIG;
+        }
+        if (ip > 100 || (ip == 100 && frac)) {
+            *why_p = "more than 100%";
+            return RANKMEM_ERR_CONFIG;
+        }
+        /* ip <= 100 and base < 2^64: no overflow in 128 bits. */
+        v = (ip * percent_base + frac * percent_base / scale) / 100;
+    } else {
+        if (ip > SIZE_MAX / unit) {
+            *why_p = "too large";
+            return RANKMEM_ERR_CONFIG;
+        }
+        /* Fractions of a byte are rounded down. */
+        v = ip * unit + frac * unit / scale;
+    }
+    if (v > SIZE_MAX) {
+        *why_p = "too large";
+        return RANKMEM_ERR_CONFIG;
+    }
+    *bytes_p = (size_t)v;
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rk_parse_bool(const char *text, size_t len, int *value_p)
+{
+    static const struct {
+        const char *word;
+        int value;
+    } words[] = {{"1", 1}, {"0", 0},  {"on", 1},   {"off", 0},
+                 {"yes", 1}, {"no", 0}, {"true", 1}, {"false", 0}};
+    const char *s = text;
+    trim(&s, &len);
+    for (size_t k = 0; k < sizeof words / sizeof words[0]; k++)
+        if (strlen(words[k].word) == len && strncasecmp(words[k].word, s, len) == 0) {
+            *value_p = words[k].value;
+            return RANKMEM_SUCCESS;
+        }
+    return RANKMEM_ERR_CONFIG;
+}
+
+int rk_format_size(char *buf, size_t len, size_t bytes)
+{
+    static const char *const names[] = {"TiB", "GiB", "MiB", "KiB"};
+    static const unsigned shifts[] = {40, 30, 20, 10};
+    for (int k = 0; k < 4; k++) {
+        size_t u = (size_t)1 << shifts[k];
+        if (bytes && bytes % u == 0)
+            return snprintf(buf, len, "%zu%s", bytes / u, names[k]);
+    }
+    return snprintf(buf, len, "%zu", bytes);
+}
+
+size_t rk_edit_distance(const char *a, size_t alen, const char *b, size_t cap)
+{
+    enum { MAXLEN = 64 };
+    size_t blen = strlen(b);
+    if (alen > MAXLEN || blen > MAXLEN)
+        return cap + 1;
+    if ((alen > blen ? alen - blen : blen - alen) > cap)
+        return cap + 1;
+    size_t prev[MAXLEN + 1], cur[MAXLEN + 1];
+    for (size_t j = 0; j <= blen; j++)
+        prev[j] = j;
+    for (size_t i = 1; i <= alen; i++) {
+        cur[0] = i;
+        size_t row_min = cur[0];
+        for (size_t j = 1; j <= blen; j++) {
+            size_t sub = prev[j - 1] + (tolower((unsigned char)a[i - 1]) !=
+                                        tolower((unsigned char)b[j - 1]));
+            size_t del = prev[j] + 1, ins = cur[j - 1] + 1;
+            cur[j] = sub < del ? (sub < ins ? sub : ins) : (del < ins ? del : ins);
+            if (cur[j] < row_min)
+                row_min = cur[j];
+        }
+        if (row_min > cap)
+            return cap + 1;
+        memcpy(prev, cur, (blen + 1) * sizeof prev[0]);
+    }
+    return prev[blen] > cap ? cap + 1 : prev[blen];
+}
+
+const char *rk_quote(char *buf, size_t cap, const char *s, size_t len)
+{
+    size_t o = 0;
+    for (size_t i = 0; i < len && o + 8 < cap; i++) {
+        unsigned char c = (unsigned char)s[i];
+        if (i == 48) {
+            memcpy(buf + o, "...", 3);
+            o += 3;
+            break;
+        }
+        if (isprint(c))
+            buf[o++] = (char)c;
+        else
+            o += (size_t)snprintf(buf + o, cap - o, "\\x%02x", c);
+    }
+    buf[o] = '\0';
+    return buf;
+}
+
+rankmem_status_t rankmem_parse_size(const char *text, size_t percent_base, size_t *bytes_p)
+{
+    if (!text || !bytes_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_parse_size: NULL %s",
+                        text ? "output" : "text");
+    const char *why = "";
+    size_t v;
+    char q[256];
+    size_t len = strlen(text);
+    if (rk_parse_size(text, len, percent_base, &v, &why) != RANKMEM_SUCCESS)
+        return rk_error(RANKMEM_ERR_CONFIG, "bad size '%s': %s", rk_quote(q, sizeof q, text, len),
+                        why);
+    *bytes_p = v;
+    return RANKMEM_SUCCESS;
+}
+
+#define BOOL_WORDS "expected 1/0, on/off, yes/no or true/false"
+
+rankmem_status_t rankmem_parse_bool(const char *text, int *value_p)
+{
+    if (!text || !value_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_parse_bool: NULL %s",
+                        text ? "output" : "text");
+    int v;
+    char q[256];
+    size_t len = strlen(text);
+    if (rk_parse_bool(text, len, &v) != RANKMEM_SUCCESS)
+        return rk_error(RANKMEM_ERR_CONFIG, "bad boolean '%s': " BOOL_WORDS,
+                        rk_quote(q, sizeof q, text, len));
+    *value_p = v;
+    return RANKMEM_SUCCESS;
+}
+
+/* ---- the table ---- */
+
+typedef struct {
+    const char *name;
+    rankmem_option_type_t type;
+    const char *def;
+    const char *help;
+    const char *choices; /* enums: words separated by '|'; "word:..." takes a list of integers */
+    /* Optional extra check of the value (after the type's), e.g. spec syntax. */
+    rankmem_status_t (*check)(const char *name, const char *value);
+} option_def_t;
+
+static rankmem_status_t check_spec(const char *name, const char *value);
+
+/* Later issues add their options here; rankmem-info -c and docs/configuration.md
+ * list them all. */
+static const option_def_t defs[] = {
+    {"RANKMEM_RESOURCE", RANKMEM_OPTION_STRING, "stats>pool>cuda",
+     "resource chain (spec string) the MPI plugin installs on each rank's GPU", NULL, check_spec},
+    {"RANKMEM_LOG_FILE", RANKMEM_OPTION_STRING, "",
+     "file of the logging adaptor when its spec or constructor names none (empty: none)", NULL,
+     NULL},
+    {"RANKMEM_BIND", RANKMEM_OPTION_ENUM, "auto",
+     "how the MPI plugin picks each rank's GPU: auto, none, nearest or list:<gpu>,<gpu>,...",
+     "auto|none|nearest|list:...", NULL},
+    {"RANKMEM_REPORT", RANKMEM_OPTION_STRING, "rankmem-report.json",
+     "per-rank memory report written at MPI_Finalize (empty: no report)", NULL, NULL},
+    {"RANKMEM_STAGING", RANKMEM_OPTION_ENUM, "auto",
+     "stage device buffers through pinned host memory for MPI (auto: when MPI is not CUDA-aware)",
+     "auto|on|off", NULL},
+    {"RANKMEM_STAGING_POOL", RANKMEM_OPTION_SIZE, "256MiB",
+     "pinned host memory kept for staging MPI messages, per rank", NULL, NULL},
+    {"RANKMEM_STAGING_CHUNK", RANKMEM_OPTION_SIZE, "4MiB",
+     "size of one staging buffer; larger messages are sent in pieces", NULL, NULL},
+    {"RANKMEM_QUIET", RANKMEM_OPTION_BOOL, "0",
+     "silence the notice printed when no GPU is found", NULL, NULL},
+    {"RANKMEM_WARN_UNKNOWN", RANKMEM_OPTION_BOOL, "1",
+     "warn on stderr about RANKMEM_* variables rankmem does not know (typos)", NULL, NULL},
+};
+
+#define NOPTS (sizeof defs / sizeof defs[0])
+
+static pthread_once_t env_once = PTHREAD_ONCE_INIT;
+static const char *values[NOPTS]; /* written once under env_once, read-only after */
+static int from_env[NOPTS];
+
+static size_t find_option(const char *name, size_t len)
+{
+    for (size_t i = 0; i < NOPTS; i++)
+        if (strlen(defs[i].name) == len && memcmp(defs[i].name, name, len) == 0)
+            return i;
+    return NOPTS;
+}
+
+static void warn_unknown(void)
+{
+    int warn = 1;
+    size_t w = find_option("RANKMEM_WARN_UNKNOWN", strlen("RANKMEM_WARN_UNKNOWN"));
+    /* A bad value of this switch itself warns: the getter reports it. */
+    (void)rk_parse_bool(values[w], strlen(values[w]), &warn);
+    if (!warn || !environ)
+        return;
+    for (char **e = environ; *e; e++) {
+        if (strncmp(*e, "RANKMEM_", 8) != 0)
+            continue;
+        const char *eq = strchr(*e, '=');
+        size_t len = eq ? (size_t)(eq - *e) : strlen(*e);
+        if (find_option(*e, len) < NOPTS)
+            continue;
+        size_t best = NOPTS, best_d = 3;
+        for (size_t i = 0; i < NOPTS; i++) {
+            size_t d = rk_edit_distance(*e, len, defs[i].name, 2);
+            if (d < best_d) {
+                best_d = d;
+                best = i;
+            }
+        }
+        if (best < NOPTS)
+            fprintf(stderr, "rankmem: unknown variable %.*s (did you mean %s?)\n", (int)len, *e,
+                    defs[best].name);
+        else
+            fprintf(stderr,
+                    "rankmem: unknown variable %.*s (ignored; rankmem-info -c lists the known "
+                    "ones)\n",
+                    (int)len, *e);
+    }
+}
+
+static void read_env(void)
+{
+    for (size_t i = 0; i < NOPTS; i++) {
+        const char *v = getenv(defs[i].name);
+        values[i] = defs[i].def;
+        if (v) {
+            /* A copy: a later setenv() may free the environment's string. */
+            char *copy = strdup(v);
+            values[i] = copy ? copy : v;
+            from_env[i] = 1;
+        }
+    }
+    warn_unknown();
+}
+
+static void read_once(void) { pthread_once(&env_once, read_env); }
+
+/* Does value match "a|b|word:..."? A "word:..." choice takes word: and a
+ * comma-separated list of integers >= 0. */
+static int enum_matches(const char *choices, const char *value)
+{
+    const char *c = choices;
+    while (*c) {
+        const char *bar = strchr(c, '|');
+        size_t n = bar ? (size_t)(bar - c) : strlen(c);
+        if (n > 4 && memcmp(c + n - 4, ":...", 4) == 0) {
+            size_t pre = n - 3; /* "word:" */
+            if (strncmp(value, c, pre) == 0) {
+                const char *p = value + pre;
+                int ok = *p != '\0';
+                while (ok && *p) {
+                    if (!isdigit((unsigned char)*p))
+                        ok = 0;
+                    while (isdigit((unsigned char)*p))
+                        p++;
+                    if (*p == ',' && isdigit((unsigned char)p[1]))
+                        p++;
+                    else if (*p)
+                        ok = 0;
+                }
+                if (ok)
+                    return 1;
+            }
+        } else if (strlen(value) == n && memcmp(value, c, n) == 0) {
+            return 1;
+        }
+        c += n + (bar != NULL);
+    }
+    return 0;
+}
+
+/* "auto, none, nearest or list:..." for messages, and the closest choice to value. */
+static void enum_words(const char *choices, const char *value, char *buf, size_t len,
+                       char *best, size_t best_len)
+{
+    size_t o = 0, nwords = 1, best_d = 3;
+    for (const char *c = choices; *c; c++)
+        nwords += *c == '|';
+    best[0] = '\0';
+    const char *c = choices;
+    for (size_t k = 0; *c && o < len; k++) {
+        const char *bar = strchr(c, '|');
+        size_t n = bar ? (size_t)(bar - c) : strlen(c);
+        o += (size_t)snprintf(buf + o, len - o, "%s%.*s",
+                              k == 0 ? "" : k + 1 == nwords ? " or " : ", ", (int)n, c);
+        char word[64];
+        snprintf(word, sizeof word, "%.*s", (int)n, c);
+        size_t d = rk_edit_distance(value, strlen(value), word, 2);
+        if (d < best_d && !strstr(word, ":...")) {
+            best_d = d;
+            snprintf(best, best_len, "%s", word);
+        }
+        c += n + (bar != NULL);
+    }
+}
+
+/* Check option i's current value against its type; error names the variable. */
+static rankmem_status_t check_option(size_t i)
+{
+    const option_def_t *d = &defs[i];
+    const char *v = values[i];
+    char q[256];
+    const char *why = "";
+    size_t sz;
+    int b;
+    switch (d->type) {
+    case RANKMEM_OPTION_SIZE:
+        if (rk_parse_size(v, strlen(v), 0, &sz, &why) != RANKMEM_SUCCESS)
+            return rk_error(RANKMEM_ERR_CONFIG, "%s: bad size '%s': %s (default: %s)", d->name,
+                            rk_quote(q, sizeof q, v, strlen(v)), why, d->def);
+        break;
+    case RANKMEM_OPTION_BOOL:
+        if (rk_parse_bool(v, strlen(v), &b) != RANKMEM_SUCCESS)
+            return rk_error(RANKMEM_ERR_CONFIG, "%s: bad boolean '%s': " BOOL_WORDS, d->name,
+                            rk_quote(q, sizeof q, v, strlen(v)));
+        break;
+    case RANKMEM_OPTION_ENUM:
+        if (!enum_matches(d->choices, v)) {
+            char words[256], best[64];
+            enum_words(d->choices, v, words, sizeof words, best, sizeof best);
+            return rk_error(RANKMEM_ERR_CONFIG, "%s: bad value '%s': expected %s%s%s%s", d->name,
+                            rk_quote(q, sizeof q, v, strlen(v)), words,
+                            best[0] ? " (did you mean '" : "", best, best[0] ? "'?)" : "");
+        }
+        break;
+    case RANKMEM_OPTION_INT: {
+        char *end;
+        errno = 0;
+        (void)strtol(v, &end, 10);
+        if (end == v || *end || errno)
+            return rk_error(RANKMEM_ERR_CONFIG, "%s: bad integer '%s'", d->name,
+                            rk_quote(q, sizeof q, v, strlen(v)));
+        break;
+    }
+    case RANKMEM_OPTION_STRING:
+    case RANKMEM_OPTION_LIST:
+        break;
+    }
+    return d->check ? d->check(d->name, v) : RANKMEM_SUCCESS;
+}
+
+static rankmem_status_t check_spec(const char *name, const char *value)
+{
+    /* Parse without building: resources are made by whoever uses the option. */
+    return rk_spec_check_named(name, value);
+}
+
+static rankmem_status_t lookup(const char *fn, const char *name, rankmem_option_type_t type,
+                               int any_type, size_t *i_p)
+{
+    if (!name)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "%s: NULL name", fn);
+    read_once();
+    size_t i = find_option(name, strlen(name));
+    if (i == NOPTS)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "%s: no option named %s", fn, name);
+    if (!any_type && defs[i].type != type)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "%s: %s is not of that type", fn, name);
+    *i_p = i;
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rk_option_size(const char *name, size_t *value_p)
+{
+    size_t i;
+    rankmem_status_t st = lookup("rk_option_size", name, RANKMEM_OPTION_SIZE, 0, &i);
+    if (st == RANKMEM_SUCCESS)
+        st = check_option(i);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    const char *why;
+    return rk_parse_size(values[i], strlen(values[i]), 0, value_p, &why);
+}
+
+rankmem_status_t rk_option_bool(const char *name, int *value_p)
+{
+    size_t i;
+    rankmem_status_t st = lookup("rk_option_bool", name, RANKMEM_OPTION_BOOL, 0, &i);
+    if (st == RANKMEM_SUCCESS)
+        st = check_option(i);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    return rk_parse_bool(values[i], strlen(values[i]), value_p);
+}
+
+rankmem_status_t rk_option_int(const char *name, long *value_p)
+{
+    size_t i;
+    rankmem_status_t st = lookup("rk_option_int", name, RANKMEM_OPTION_INT, 0, &i);
+    if (st == RANKMEM_SUCCESS)
+        st = check_option(i);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    *value_p = strtol(values[i], NULL, 10);
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rk_option_string(const char *name, const char **value_p)
+{
+    size_t i;
+    rankmem_status_t st = lookup("rk_option_string", name, RANKMEM_OPTION_STRING, 1, &i);
+    if (st == RANKMEM_SUCCESS)
+        st = check_option(i);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    *value_p = values[i];
+    return RANKMEM_SUCCESS;
+}
+
+/* ---- public ---- */
+
+rankmem_status_t rankmem_option_count(size_t *count_p)
+{
+    if (!count_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_option_count: NULL output");
+    *count_p = NOPTS;
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_option_info(size_t index, rankmem_option_info_t *info_p)
+{
+    if (!info_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_option_info: NULL output");
+    if (index >= NOPTS)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_option_info: index %zu out of range [0, %zu)", index, NOPTS);
+    read_once();
+    *info_p = (rankmem_option_info_t){
+        .name = defs[index].name,
+        .type = defs[index].type,
+        .default_value = defs[index].def,
+        .value = values[index],
+        .from_environment = from_env[index],
+        .help = defs[index].help,
+        .choices = defs[index].choices,
+    };
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_option_get(const char *name, const char **value_p)
+{
+    size_t i;
+    if (!value_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_option_get: NULL output");
+    rankmem_status_t st = lookup("rankmem_option_get", name, RANKMEM_OPTION_STRING, 1, &i);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    *value_p = values[i];
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_option_check(size_t index)
+{
+    if (index >= NOPTS)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_option_check: index %zu out of range [0, %zu)", index, NOPTS);
+    read_once();
+    return check_option(index);
+}
