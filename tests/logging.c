@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
+#include <sys/wait.h>
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
@@ -292,38 +293,78 @@ static void threads(void)
 
 /* ---- RANKMEM_LOG_FILE and bad inputs ---- */
 
-static void environment(void)
+/* RANKMEM_* options are read once per process, so each value of
+ * RANKMEM_LOG_FILE is tried in a fresh process: this program re-executed
+ * with "env-case N", answering through its exit status. */
+static int env_case(int k, const char *path)
 {
     rankmem_resource_t *sys, *lg = (rankmem_resource_t *)0x1;
     rankmem_system_create(&sys);
-    unsetenv("RANKMEM_LOG_FILE");
-    is_status(rankmem_logging_create(sys, NULL, &lg), RANKMEM_ERR_CONFIG, "no path, no RANKMEM_LOG_FILE");
-    ok(strstr(rankmem_last_error(), "RANKMEM_LOG_FILE") != NULL, "the detail names RANKMEM_LOG_FILE: %s",
-       rankmem_last_error());
-    ok(lg == (rankmem_resource_t *)0x1, "output untouched");
-    setenv("RANKMEM_LOG_FILE", "", 1);
-    is_status(rankmem_logging_create(sys, NULL, &lg), RANKMEM_ERR_CONFIG, "RANKMEM_LOG_FILE empty");
-    char *path = temp_path();
-    setenv("RANKMEM_LOG_FILE", path, 1);
-    is_status(rankmem_logging_create(sys, NULL, &lg), RANKMEM_SUCCESS, "path from RANKMEM_LOG_FILE");
-    void *p;
-    rankmem_allocate(lg, 512, 0, &p);
-    rankmem_deallocate(lg, p, 512, 0);
-    rankmem_logging_flush(lg);
-    row_t rows[4];
-    ok(read_log(path, rows, 4) == 2 && rows[0].size == 512 && strcmp(rows[1].action, "free") == 0,
-       "its lines are in that file");
-    char buf[64] = "";
-    lg->ops->describe(lg, buf, sizeof buf);
-    ok(strcmp(buf, "logging") == 0, "describe leaves out a path that came from the environment: %s", buf);
-    rankmem_resource_release(lg);
-    unlink(path);
-    setenv("RANKMEM_LOG_FILE", "/nonexistent-dir/log.csv", 1);
-    is_status(rankmem_logging_create(sys, NULL, &lg), RANKMEM_ERR_CONFIG, "RANKMEM_LOG_FILE not writable");
-    ok(strstr(rankmem_last_error(), "/nonexistent-dir/log.csv") && strstr(rankmem_last_error(), "RANKMEM_LOG_FILE"),
-       "the detail names the file and the variable: %s", rankmem_last_error());
-    unsetenv("RANKMEM_LOG_FILE");
+    rankmem_status_t st = rankmem_logging_create(sys, NULL, &lg);
+    const char *err = rankmem_last_error();
+    int good = 0;
+    switch (k) {
+    case 0: /* unset */
+    case 1: /* empty */
+        good = st == RANKMEM_ERR_CONFIG && strstr(err, "RANKMEM_LOG_FILE") &&
+               lg == (rankmem_resource_t *)0x1;
+        break;
+    case 2: { /* a path */
+        if (st != RANKMEM_SUCCESS)
+            break;
+        void *p;
+        rankmem_allocate(lg, 512, 0, &p);
+        rankmem_deallocate(lg, p, 512, 0);
+        rankmem_logging_flush(lg);
+        row_t rows[4];
+        char buf[64] = "";
+        lg->ops->describe(lg, buf, sizeof buf);
+        good = read_log(path, rows, 4) == 2 && rows[0].size == 512 &&
+               strcmp(rows[1].action, "free") == 0 && strcmp(buf, "logging") == 0;
+        rankmem_resource_release(lg);
+        break;
+    }
+    case 3: /* not writable */
+        good = st == RANKMEM_ERR_CONFIG && strstr(err, "/nonexistent-dir/log.csv") &&
+               strstr(err, "RANKMEM_LOG_FILE");
+        break;
+    }
     rankmem_resource_release(sys);
+    return good ? 0 : 1;
+}
+
+static int run_case(int k, const char *value)
+{
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        if (value)
+            setenv("RANKMEM_LOG_FILE", value, 1);
+        else
+            unsetenv("RANKMEM_LOG_FILE");
+        setenv("RANKMEM_QUIET", "1", 1);
+        char kbuf[8];
+        snprintf(kbuf, sizeof kbuf, "%d", k);
+        char *argv[] = {"logging.t", "env-case", kbuf, (char *)(value ? value : ""), NULL};
+        execv("/proc/self/exe", argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid)
+        return -1;
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+static void environment(void)
+{
+    ok(run_case(0, NULL) == 0, "no path, no RANKMEM_LOG_FILE: a config error naming the variable");
+    ok(run_case(1, "") == 0, "RANKMEM_LOG_FILE empty: a config error");
+    char *path = temp_path();
+    ok(run_case(2, path) == 0,
+       "path from RANKMEM_LOG_FILE: its lines are in that file; describe leaves it out");
+    unlink(path);
+    ok(run_case(3, "/nonexistent-dir/log.csv") == 0,
+       "RANKMEM_LOG_FILE not writable: the detail names the file and the variable");
 }
 
 static void bad_inputs(void)
@@ -357,8 +398,10 @@ static void bad_inputs(void)
     ok(finalized, "the chain is gone");
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
+    if (argc == 4 && strcmp(argv[1], "env-case") == 0)
+        return env_case(atoi(argv[2]), argv[3]);
     int finalized;
     counting_t *up = counting_new(&finalized);
     up->fail_above = 1 << 20;
