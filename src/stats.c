@@ -10,7 +10,17 @@
  *    CAS only when exceeded) are exact under any interleaving;
  *  - totals are per-thread sums (tslot.h), written only by their thread
  *    with plain relaxed stores and added up when read;
- *  - failures are a shared counter: a failure is not a hot path.
+ *  - failures are a shared counter: a failure is not a hot path;
+ *  - biased to one thread: most ranks drive their GPU from one host thread,
+ *    and even one lock-prefixed instruction per call is most of the budget.
+ *    The thread that created the adaptor (its owner) updates current and
+ *    peak with plain loads and stores while it is the only user. The first
+ *    other thread that allocates, frees or changes scopes switches the
+ *    adaptor to the shared (atomic) mode for good: it sets `shared`, runs
+ *    membarrier() so that the owner's next check sees it, and waits until
+ *    the owner is out of its plain section (an asymmetric Dekker handshake:
+ *    the owner's side costs two plain stores and a load). Where membarrier
+ *    is not available the adaptor starts shared.
  *
  * Scopes: the live peak counters always hold the peak since the innermost
  * scope was pushed (push saves them and resets them to the current value;
@@ -21,6 +31,10 @@
  * every saved one. */
 #include "internal.h"
 #include "tslot.h"
+
+#include <linux/membarrier.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -66,13 +80,90 @@ typedef struct {
     size_t failures;  /* atomic */
     pair_t spill;     /* atomic: totals of calls made by a thread that got no slot */
     rk_tslot_set_t totals;
-    pthread_mutex_t lock; /* the scope stack */
+    const void *owner; /* thread_tag() of the creating thread */
+    int shared;        /* atomic; 1: every thread uses the atomic path */
+    int owner_busy;    /* atomic; the owner is inside a plain update */
+    pthread_mutex_t lock; /* the scope stack; the switch to shared */
     int lock_ok;
     scope_t *scopes;
     size_t depth, cap;
 } stats_t;
 
 static const rankmem_resource_ops_t stats_ops;
+
+/* ---- the owner's fast path ---- */
+
+static _Thread_local char thread_tag_byte;
+/* Unique among live threads (a dead thread's tag may be reused: harmless,
+ * the dead owner no longer runs). */
+static inline const void *thread_tag(void) { return &thread_tag_byte; }
+
+static pthread_once_t membarrier_once = PTHREAD_ONCE_INIT;
+static int membarrier_ok;
+
+static void membarrier_setup(void)
+{
+    long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
+    membarrier_ok = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
+                    syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
+}
+
+/* Called by any thread but the owner before it touches the counters. */
+static void make_shared(stats_t *s)
+{
+    if (RK_LIKELY(__atomic_load_n(&s->shared, __ATOMIC_ACQUIRE)))
+        return;
+    pthread_mutex_lock(&s->lock);
+    if (!__atomic_load_n(&s->shared, __ATOMIC_RELAXED)) {
+        __atomic_store_n(&s->shared, 1, __ATOMIC_SEQ_CST);
+        /* A full barrier on every thread: the owner either sees shared from
+         * now on, or its busy flag is visible to the loop below. */
+        syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+        while (__atomic_load_n(&s->owner_busy, __ATOMIC_ACQUIRE))
+#if defined(__x86_64__) || defined(__i386__)
+            __builtin_ia32_pause();
+#else
+            ;
+#endif
+    }
+    pthread_mutex_unlock(&s->lock);
+}
+
+/* Single writer: a relaxed load and store, no lock prefix. */
+static inline void bump(size_t *x, size_t d)
+{
+    __atomic_store_n(x, __atomic_load_n(x, __ATOMIC_RELAXED) + d, __ATOMIC_RELAXED);
+}
+
+static inline void raise_plain(size_t *peak, size_t v)
+{
+    if (v > __atomic_load_n(peak, __ATOMIC_RELAXED))
+        __atomic_store_n(peak, v, __ATOMIC_RELAXED);
+}
+
+/* The owner's update while the adaptor is not shared; returns 0 (nothing
+ * done) when it is, or when the caller is not the owner. */
+static inline int owner_add(stats_t *s, size_t db, size_t dc, int raise)
+{
+    if (s->owner != thread_tag())
+        return 0;
+    __atomic_store_n(&s->owner_busy, 1, __ATOMIC_RELAXED);
+    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the other side's membarrier orders it */
+    if (RK_UNLIKELY(__atomic_load_n(&s->shared, __ATOMIC_RELAXED))) {
+        __atomic_store_n(&s->owner_busy, 0, __ATOMIC_RELEASE);
+        return 0;
+    }
+    size_t b = __atomic_load_n(&s->current.h[0], __ATOMIC_RELAXED) + db;
+    size_t c = __atomic_load_n(&s->current.h[1], __ATOMIC_RELAXED) + dc;
+    __atomic_store_n(&s->current.h[0], b, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->current.h[1], c, __ATOMIC_RELAXED);
+    if (raise) {
+        raise_plain(&s->peak.bytes, b);
+        raise_plain(&s->peak.count, c);
+    }
+    __atomic_store_n(&s->owner_busy, 0, __ATOMIC_RELEASE);
+    return 1;
+}
 
 /* ---- hot path ---- */
 
@@ -119,12 +210,6 @@ static inline void raise_to(size_t *peak, size_t v)
         ;
 }
 
-/* Single writer: a relaxed load and store, no lock prefix. */
-static inline void bump(size_t *x, size_t d)
-{
-    __atomic_store_n(x, __atomic_load_n(x, __ATOMIC_RELAXED) + d, __ATOMIC_RELAXED);
-}
-
 HOT_TARGET static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t bytes,
                                                   size_t alignment, rankmem_stream_t stream,
                                                   void **ptr_p)
@@ -136,9 +221,12 @@ HOT_TARGET static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t
         __atomic_add_fetch(&s->failures, 1, __ATOMIC_RELAXED);
         return st;
     }
-    pair_t now = current_add(s, bytes, 1);
-    raise_to(&s->peak.bytes, now.bytes);
-    raise_to(&s->peak.count, now.count);
+    if (!owner_add(s, bytes, 1, 1)) {
+        make_shared(s);
+        pair_t now = current_add(s, bytes, 1);
+        raise_to(&s->peak.bytes, now.bytes);
+        raise_to(&s->peak.count, now.count);
+    }
     thread_totals_t *t = rk_tslot_get(&s->totals);
     if (RK_LIKELY(t != NULL)) {
         bump(&t->bytes_total, bytes);
@@ -158,9 +246,12 @@ HOT_TARGET static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void
     rankmem_resource_t *up = mr->upstream;
     /* Count the free first: once the upstream has it, another thread may be
      * handed the same memory, and counting it twice would inflate the peak. */
-    current_add(s, (size_t)0 - bytes, (size_t)0 - 1);
+    if (!owner_add(s, (size_t)0 - bytes, (size_t)0 - 1, 0)) {
+        make_shared(s);
+        current_add(s, (size_t)0 - bytes, (size_t)0 - 1);
+    }
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
-    if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
+    if (RK_UNLIKELY(st != RANKMEM_SUCCESS) && !owner_add(s, bytes, 1, 0))
         current_add(s, bytes, 1); /* refused: still live */
     return st;
 }
@@ -262,6 +353,8 @@ rankmem_status_t rankmem_stats_push(rankmem_resource_t *mr)
     if (st != RANKMEM_SUCCESS)
         return st;
     stats_t *s = (stats_t *)mr;
+    if (s->owner != thread_tag())
+        make_shared(s); /* scopes rewrite the peaks the owner updates plainly */
     pthread_mutex_lock(&s->lock);
     if (s->depth == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 8;
@@ -294,6 +387,8 @@ rankmem_status_t rankmem_stats_pop(rankmem_resource_t *mr, rankmem_stats_t *scop
     if (scope_p && (st = check_out(scope_p, "rankmem_stats_pop")) != RANKMEM_SUCCESS)
         return st;
     stats_t *s = (stats_t *)mr;
+    if (s->owner != thread_tag())
+        make_shared(s);
     pthread_mutex_lock(&s->lock);
     if (s->depth == 0) {
         pthread_mutex_unlock(&s->lock);
@@ -402,6 +497,9 @@ rankmem_status_t rankmem_stats_create(rankmem_resource_t *upstream, rankmem_reso
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_stats_create: cannot create a mutex");
     }
     s->lock_ok = 1;
+    pthread_once(&membarrier_once, membarrier_setup);
+    s->owner = thread_tag();
+    s->shared = !membarrier_ok;
     rk_tslot_set_init(&s->totals, sizeof(thread_totals_t), NULL);
     *mr_p = mr;
     return RANKMEM_SUCCESS;
