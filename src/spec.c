@@ -239,7 +239,7 @@ static const spec_kind_t kinds[] = {
     {"pool", WRAPPER, 0, NULL,
      {{"initial", V_SIZE, 0, "0", NULL},
       {"max", V_SIZE, 0, "unbounded", NULL},
-      {"growth", V_SIZE, 0, "0 (double)", NULL}},
+      {"growth", V_SIZE, 0, "0 (an eighth of what is held)", NULL}},
      check_pool, build_pool},
     {"stats", WRAPPER, 0, NULL, {{0}}, NULL, build_stats},
     {"tracking", WRAPPER, 0, NULL, {{"backtraces", V_BOOL, 0, "0", NULL}}, NULL, build_tracking},
