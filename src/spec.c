@@ -216,7 +216,52 @@ static rankmem_status_t build_prefetch(const spec_node_t *n, rankmem_resource_t 
 }
 
 static rankmem_status_t check_async(parser_t *p, const spec_node_t *n);
+static rankmem_status_t build_fixed(const spec_node_t *n, rankmem_resource_t *up,
+                                    rankmem_resource_t **mr_p)
+{
+    const spec_val_t *b = val(n, "batch");
+    return rankmem_fixed_create(up, val(n, "block")->size, b->set ? b->size : 0, mr_p);
+}
+
+/* log2 of a power of two (checked by check_binning). */
+static int log2_exact(size_t v)
+{
+    int e = 0;
+    while (v > 1) {
+        v >>= 1;
+        e++;
+    }
+    return e;
+}
+
+static rankmem_status_t build_binning(const spec_node_t *n, rankmem_resource_t *up,
+                                      rankmem_resource_t **mr_p)
+{
+    const spec_val_t *lo = val(n, "min"), *hi = val(n, "max");
+    return rankmem_binning_create(up, lo->set ? log2_exact(lo->size) : 8,
+                                  hi->set ? log2_exact(hi->size) : 22, mr_p);
+}
+
+static rankmem_status_t build_caching(const spec_node_t *n, rankmem_resource_t *up,
+                                      rankmem_resource_t **mr_p)
+{
+    rankmem_caching_params_t prm;
+    rankmem_caching_params_default(&prm);
+    const spec_val_t *v;
+    if ((v = val(n, "growth"))->set)
+        prm.growth = (unsigned)v->size;
+    if ((v = val(n, "min"))->set)
+        prm.min_bin = (unsigned)v->size;
+    if ((v = val(n, "max"))->set)
+        prm.max_bin = (unsigned)v->size;
+    if ((v = val(n, "cap"))->set)
+        prm.max_cached_bytes = v->size;
+    return rankmem_caching_create(up, &prm, mr_p);
+}
+
 static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n);
+static rankmem_status_t check_binning(parser_t *p, const spec_node_t *n);
+static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n);
 
 /* Every resource and adaptor the grammar knows. Later suballocators (arena,
  * binning, fixed, caching) are one entry each. */
@@ -252,6 +297,18 @@ static const spec_kind_t kinds[] = {
     {"retry", WRAPPER, 0, NULL, {{0}}, NULL, build_retry},
     {"threadsafe", WRAPPER, 0, NULL, {{0}}, NULL, build_threadsafe},
     {"prefetch", WRAPPER, 0, NULL, {{0}}, NULL, build_prefetch},
+    {"fixed", WRAPPER, 0, NULL,
+     {{"block", V_SIZE, 1, NULL, NULL}, {"batch", V_SIZE, 0, "0 (enough for 2 MiB)", NULL}},
+     NULL, build_fixed},
+    {"binning", WRAPPER, 0, NULL,
+     {{"min", V_SIZE, 0, "2^8", NULL}, {"max", V_SIZE, 0, "2^22", NULL}}, check_binning,
+     build_binning},
+    {"caching", WRAPPER, 0, NULL,
+     {{"growth", V_SIZE, 0, "8", NULL},
+      {"min", V_SIZE, 0, "3", NULL},
+      {"max", V_SIZE, 0, "7", NULL},
+      {"cap", V_SIZE, 0, "6291455 (CUB's 6 MiB - 1)", NULL}},
+     check_caching, build_caching},
 };
 
 #define NKINDS (sizeof kinds / sizeof kinds[0])
@@ -530,6 +587,42 @@ static rankmem_status_t check_async(parser_t *p, const spec_node_t *n)
                             others[k]);
         }
     }
+    return RANKMEM_SUCCESS;
+}
+
+/* Bins are powers of two from 2^8 to 2^40, smallest first. */
+static rankmem_status_t check_binning(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *lo = val(n, "min"), *hi = val(n, "max");
+    const spec_val_t *both[2] = {lo, hi};
+    for (int i = 0; i < 2; i++) {
+        const spec_val_t *v = both[i];
+        if (v->set && (!rk_is_pow2(v->size) || v->size < ((size_t)1 << 8) ||
+                       v->size > ((size_t)1 << 40)))
+            return fail(p, v->vpos, "binning.%s must be a power of two from 2^8 to 2^40, not %zu",
+                        i ? "max" : "min", v->size);
+    }
+    size_t a = lo->set ? lo->size : (size_t)1 << 8, b = hi->set ? hi->size : (size_t)1 << 22;
+    if (a > b)
+        return fail(p, (lo->set ? lo : hi)->vpos, "binning.min (%zu) is above binning.max (%zu)",
+                    a, b);
+    return RANKMEM_SUCCESS;
+}
+
+/* Small integers: the bins are growth^min .. growth^max bytes. */
+static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *g = val(n, "growth"), *lo = val(n, "min"), *hi = val(n, "max");
+    if (g->set && (g->size < 2 || g->size > 1024))
+        return fail(p, g->vpos, "caching.growth must be 2 to 1024, not %zu", g->size);
+    if (lo->set && lo->size > 64)
+        return fail(p, lo->vpos, "caching.min must be at most 64, not %zu", lo->size);
+    if (hi->set && hi->size > 64)
+        return fail(p, hi->vpos, "caching.max must be at most 64, not %zu", hi->size);
+    size_t a = lo->set ? lo->size : 3, b = hi->set ? hi->size : 7;
+    if (a > b)
+        return fail(p, (lo->set ? lo : hi)->vpos, "caching.min (%zu) is above caching.max (%zu)",
+                    a, b);
     return RANKMEM_SUCCESS;
 }
 

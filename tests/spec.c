@@ -35,6 +35,12 @@ static const struct {
     {"pool>pool(initial=1MiB)>system", "pool>pool(initial=1MiB)>system"},
     {"limit(bytes=1GiB)>system", "limit(bytes=1GiB)>system"},
     {"limit(bytes=100)>pool>system", "limit(bytes=100)>pool>system"},
+    {"fixed(block=64KiB)>system", "fixed(block=64KiB)>system"},
+    {"fixed(block=4096,batch=16)>pool>system", "fixed(block=4KiB,batch=16)>pool>system"},
+    {"binning(min=2^10,max=2^20)>system", "binning(min=2^10,max=2^20)>system"},
+    {"stats>binning>pool>system", "stats>binning(min=2^8,max=2^22)>pool>system"},
+    {"caching>system", "caching>system"},
+    {"caching(growth=2,min=8,max=22,cap=1GiB)>system", "caching(growth=2,min=8,max=22,cap=1GiB)>system"},
     {"aligned(alignment=4096)>system", "aligned(alignment=4096,threshold=0)>system"},
     {"aligned(alignment=4KiB,threshold=1MiB)>pool>system",
      "aligned(alignment=4096,threshold=1MiB)>pool>system"},
@@ -75,6 +81,13 @@ static const struct {
     {"system(x=1)", RANKMEM_ERR_CONFIG,
      "at 8: unknown option 'x' for system (system takes no options)"},
     {"stats>pool", RANKMEM_ERR_CONFIG, "at 7: 'pool' needs an upstream after it (e.g. pool>cuda)"},
+    {"fixed>system", RANKMEM_ERR_CONFIG, "at 1: fixed needs block=<size>"},
+    {"binning(min=1000)>system", RANKMEM_ERR_CONFIG,
+     "at 13: binning.min must be a power of two from 2^8 to 2^40, not 1000"},
+    {"binning(min=2^20,max=2^10)>system", RANKMEM_ERR_CONFIG,
+     "at 13: binning.min (1048576) is above binning.max (1024)"},
+    {"caching(growth=1)>system", RANKMEM_ERR_CONFIG, "at 16: caching.growth must be 2 to 1024, not 1"},
+    {"caching(min=9,max=4)>system", RANKMEM_ERR_CONFIG, "at 13: caching.min (9) is above caching.max (4)"},
     {"limit(bytes=1GiB)", RANKMEM_ERR_CONFIG,
      "at 1: 'limit' needs an upstream after it (e.g. limit>cuda)"},
     {"cuda>system", RANKMEM_ERR_CONFIG,
@@ -200,11 +213,17 @@ static char *describe(rankmem_resource_t *mr)
 }
 
 /* Every node of the chain holds exactly one reference (the caller's, or its user's). */
+/* The chain holds one reference per node; below a binning, its fixed-size
+ * bins hold one more each on the shared upstream. */
 static int one_ref_each(const rankmem_resource_t *mr)
 {
-    for (; mr; mr = mr->upstream)
-        if (mr->refcount != 1)
+    int below_binning = 0;
+    for (; mr; mr = mr->upstream) {
+        if (below_binning ? mr->refcount < 1 : mr->refcount != 1)
             return 0;
+        if (strcmp(mr->ops->name, "binning") == 0)
+            below_binning = 1;
+    }
     return 1;
 }
 

@@ -1,0 +1,519 @@
+/* The binning resource over a host upstream (and over a pool): routing by
+ * size (and alignment) to fixed bins, user bins and the upstream; adding and
+ * replacing bins; queries, trim; randomized allocate/free with overlap,
+ * alignment and content checks; every bad input; release with live blocks;
+ * an 8-thread stress test with handoffs and concurrent trims (the short CI
+ * form; run it under ThreadSanitizer too, see docs/fixed-binning.md). */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <rankmem.h>
+#include "tap.h"
+#include "counting.h"
+
+/* Hidden in the library; this test links it statically. */
+rankmem_status_t rk_binning_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
+
+#define S1 ((rankmem_stream_t)(uintptr_t)0x1000)
+#define S2 ((rankmem_stream_t)(uintptr_t)0x2000)
+#define MiB ((size_t)1 << 20)
+
+static size_t q(rankmem_resource_t *mr, rankmem_query_t what)
+{
+    size_t v = (size_t)-1;
+    rankmem_resource_query(mr, what, &v);
+    return v;
+}
+
+static void test_bad_input(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    rankmem_resource_t *mr = (rankmem_resource_t *)&fin; /* sentinel */
+    is_status(rankmem_binning_create(NULL, 10, 20, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: NULL upstream");
+    is_status(rankmem_binning_create(&up->base, 10, 20, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: NULL output");
+    is_status(rankmem_binning_create(&up->base, 7, 20, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: min exponent 7");
+    ok(strstr(rankmem_last_error(), "7") != NULL, "names it: %s", rankmem_last_error());
+    is_status(rankmem_binning_create(&up->base, 10, 41, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: max exponent 41");
+    is_status(rankmem_binning_create(&up->base, 12, 11, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: min above max");
+    is_status(rankmem_binning_create(&up->base, -1, 11, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: negative exponent");
+    ok(mr == (rankmem_resource_t *)&fin && up->base.refcount == 1 && up->allocs == 0,
+       "nothing written, retained or allocated by the failures");
+
+    is_status(rankmem_binning_create(&up->base, 8, 40, &mr), RANKMEM_SUCCESS,
+              "create with the widest range, 2^8 .. 2^40");
+    ok(up->allocs == 0, "bins take nothing until used");
+    rankmem_resource_t *fx;
+    rankmem_fixed_create(&up->base, 256, 1, &fx);
+    is_status(rankmem_binning_add_bin(NULL, 100, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "add_bin: NULL resource");
+    is_status(rankmem_binning_add_bin(fx, 100, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "add_bin: not a binning resource");
+    is_status(rankmem_binning_add_bin(mr, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "add_bin: size 0");
+    is_status(rankmem_binning_add_bin(mr, ((size_t)1 << 40) + 1, NULL),
+              RANKMEM_ERR_INVALID_ARGUMENT, "add_bin: size above 2^40");
+    is_status(rankmem_binning_add_bin(mr, 1000, mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "add_bin: itself as a bin");
+    is_status(rankmem_binning_add_bin(mr, 1000, fx), RANKMEM_ERR_INVALID_ARGUMENT,
+              "add_bin: a fixed bin of blocks smaller than the bin");
+    is_status(rankmem_binning_add_bin(mr, 256, fx), RANKMEM_SUCCESS,
+              "add_bin: a fixed bin of the user's, blocks as large as the bin");
+    ok(fx->refcount == 2, "retained");
+    rankmem_resource_t *loop;
+    rankmem_pool_create(mr, NULL, &loop);
+    is_status(rankmem_binning_add_bin(mr, 1000, loop), RANKMEM_ERR_INVALID_ARGUMENT,
+              "add_bin: a bin whose chain leads back to it");
+    ok(loop->refcount == 1 && mr->refcount == 2, "no reference taken by the refusals");
+    rankmem_resource_release(loop);
+    void *p;
+    is_status(rankmem_allocate(mr, 0, 0, &p), RANKMEM_ERR_INVALID_ARGUMENT, "allocate 0 bytes");
+    is_status(rankmem_deallocate(mr, NULL, 8, 0), RANKMEM_ERR_INVALID_POINTER, "free NULL");
+    is_status(rankmem_resource_query(mr, RANKMEM_QUERY_POOL_MAX, &(size_t){0}),
+              RANKMEM_ERR_NOT_SUPPORTED, "an unknown query");
+    /* A bin of 2^40 bytes exists but the upstream will not give that much. */
+    up->fail_above = (size_t)1 << 30;
+    is_status(rankmem_allocate(mr, ((size_t)1 << 39) + 1, 0, &p), RANKMEM_ERR_OUT_OF_MEMORY,
+              "a request the upstream cannot serve: out of memory");
+    up->fail_above = 0;
+    rankmem_resource_release(fx);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "released");
+    ok(up->outstanding_bytes == 0 && up->base.refcount == 1, "nothing outstanding upstream");
+    rankmem_resource_release(&up->base);
+    ok(fin, "chain gone");
+}
+
+static void test_routing(void)
+{
+    int fin, ufin;
+    counting_t *up = counting_new(&fin);
+    counting_t *user = counting_new(&ufin);
+    rankmem_resource_t *mr;
+    if (rankmem_binning_create(&up->base, 10, 22, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("binning_create: %s", rankmem_last_error());
+    char desc[96] = "";
+    rankmem_resource_describe(mr, desc, sizeof desc, NULL);
+    ok(strcmp(desc, "binning(min=2^10,max=2^22)>counting") == 0, "describe: %s", desc);
+    void *a, *b, *c, *d, *e;
+    rankmem_allocate(mr, 1, 0, &a);
+    ok(up->allocs == 1 && up->outstanding_bytes == 2 * MiB,
+       "1 byte: the 1 KiB bin takes a 2 MiB batch (%zu bytes)", up->outstanding_bytes);
+    rankmem_allocate(mr, 1024, 0, &b);
+    ok(up->allocs == 1, "1024 bytes: same bin, no upstream call");
+    rankmem_allocate(mr, 1025, 0, &c);
+    ok(up->allocs == 2, "1025 bytes: the next bin");
+    rankmem_allocate(mr, 4 * MiB, 0, &d);
+    ok(up->allocs == 3 && up->outstanding_bytes == 8 * MiB,
+       "4 MiB: the largest bin, one block per batch");
+    rankmem_allocate(mr, 4 * MiB + 1, 0, &e);
+    ok(up->allocs == 4 && up->outstanding_bytes == 12 * MiB + 1,
+       "4 MiB + 1: straight from the upstream, exact size");
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == 5 &&
+           q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == up->outstanding_bytes,
+       "live %zu; reserved %zu = what the upstream gave", q(mr, RANKMEM_QUERY_LIVE_COUNT),
+       q(mr, RANKMEM_QUERY_RESERVED_CURRENT));
+    ok(q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 2048 - 2 + 1024 - 1,
+       "free blocks: the bins' sum (%zu)", q(mr, RANKMEM_QUERY_FREE_BLOCKS));
+
+    /* Bad frees, small and large. */
+    size_t live = q(mr, RANKMEM_QUERY_LIVE_COUNT);
+    void *heap = malloc(64);
+    is_status(rankmem_deallocate(mr, heap, 10, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a foreign pointer (bin size)");
+    is_status(rankmem_deallocate(mr, heap, 5 * MiB, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a foreign pointer (above the largest bin)");
+    is_status(rankmem_deallocate(mr, (char *)a + 256, 10, 0), RANKMEM_ERR_INVALID_POINTER,
+              "an interior pointer");
+    is_status(rankmem_deallocate(mr, c, 3000, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a size larger than the block, routed to another bin");
+    ok(strstr(rankmem_last_error(), "3000") != NULL, "says so: %s", rankmem_last_error());
+    is_status(rankmem_deallocate(mr, e, 5 * MiB, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a large block freed with another size");
+    is_status(rankmem_deallocate(mr, a, 5 * MiB, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a bin's block freed with a size above the largest bin");
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == live && up->frees == 0, "nothing changed");
+    is_status(rankmem_deallocate(mr, e, 4 * MiB + 1, 0), RANKMEM_SUCCESS, "the large free");
+    ok(up->frees == 1 && up->outstanding_bytes == 8 * MiB, "went straight back upstream");
+    is_status(rankmem_deallocate(mr, e, 4 * MiB + 1, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a large double free");
+    is_status(rankmem_deallocate(mr, a, 1, 0), RANKMEM_SUCCESS, "a small free");
+    is_status(rankmem_deallocate(mr, a, 1, 0), RANKMEM_ERR_INVALID_POINTER, "a small double free");
+    free(heap);
+
+    /* Alignment routes as a size: 300 bytes at 4096 come from the 4 KiB bin. */
+    void *al;
+    is_status(rankmem_allocate(mr, 300, 4096, &al), RANKMEM_SUCCESS, "300 bytes, alignment 4096");
+    ok((uintptr_t)al % 4096 == 0 && up->allocs == 5, "aligned, from the 4 KiB bin");
+    is_status(rankmem_deallocate(mr, al, 300, 4096), RANKMEM_SUCCESS, "freed the same way");
+    is_status(rankmem_allocate(mr, 300, 8 * MiB, &al), RANKMEM_SUCCESS,
+              "300 bytes, alignment 8 MiB");
+    ok((uintptr_t)al % (8 * MiB) == 0 && up->allocs == 6, "aligned, from the upstream");
+    is_status(rankmem_deallocate(mr, al, 300, 8 * MiB), RANKMEM_SUCCESS, "freed");
+    /* Freed with another alignment than allocated: found by address. */
+    size_t live0 = q(mr, RANKMEM_QUERY_LIVE_COUNT);
+    rankmem_allocate(mr, 300, 4096, &al);
+    is_status(rankmem_deallocate(mr, al, 300, 0), RANKMEM_SUCCESS,
+              "allocated at 4096, freed with alignment 0: found in its bin");
+    rankmem_allocate(mr, 300, 0, &al);
+    is_status(rankmem_deallocate(mr, al, 300, 4096), RANKMEM_SUCCESS,
+              "allocated at 0, freed with alignment 4096: found in its bin");
+    rankmem_allocate(mr, 300, 8 * MiB, &al);
+    is_status(rankmem_deallocate(mr, al, 300, 0), RANKMEM_SUCCESS,
+              "allocated at 8 MiB from the upstream, freed with 0: found in the record");
+    is_status(rankmem_deallocate(mr, al, 300, 0), RANKMEM_ERR_INVALID_POINTER,
+              "and a second time: refused");
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == live0 && up->outstanding_bytes == 8 * MiB + 2 * MiB,
+       "nothing left live by these (%zu bytes outstanding)", up->outstanding_bytes);
+
+    /* A user bin between 2048 and 4096: a pool over its own counting upstream. */
+    rankmem_resource_t *ubin;
+    rankmem_pool_create(&user->base, NULL, &ubin);
+    rankmem_resource_release(&user->base); /* the pool holds it now */
+    is_status(rankmem_binning_add_bin(mr, 3000, ubin), RANKMEM_SUCCESS,
+              "add a user bin (a pool) for up to 3000 bytes");
+    ok(ubin->refcount == 2, "it is retained");
+    void *u1, *u2, *n1, *n2;
+    rankmem_allocate(mr, 2500, 0, &u1);
+    rankmem_allocate(mr, 3000, 0, &u2);
+    ok(q(ubin, RANKMEM_QUERY_LIVE_COUNT) == 2, "2500 and 3000 bytes go to it");
+    rankmem_allocate(mr, 2048, 0, &n1);
+    rankmem_allocate(mr, 3001, 0, &n2);
+    ok(q(ubin, RANKMEM_QUERY_LIVE_COUNT) == 2, "2048 and 3001 bytes do not");
+    is_status(rankmem_binning_add_bin(mr, 3000, NULL), RANKMEM_ERR_BUSY,
+              "replacing a bin with live allocations");
+    rankmem_deallocate(mr, u1, 2500, 0);
+    rankmem_deallocate(mr, u2, 3000, 0);
+    ok(q(ubin, RANKMEM_QUERY_LIVE_COUNT) == 0, "the user bin got its frees");
+    size_t before = up->allocs;
+    is_status(rankmem_binning_add_bin(mr, 3000, NULL), RANKMEM_SUCCESS,
+              "then it is replaced by a fixed bin of 3000 bytes");
+    rankmem_allocate(mr, 2999, 0, &u1);
+    ok(q(ubin, RANKMEM_QUERY_LIVE_COUNT) == 0 && up->allocs == before + 1,
+       "which takes its batch from the upstream");
+    is_status(rankmem_binning_add_bin(mr, 100000, NULL), RANKMEM_SUCCESS,
+              "a fixed bin of 100000 bytes (not a multiple of 256)");
+    rankmem_allocate(mr, 99000, 0, &u2);
+    ok(up->allocs == before + 2, "99000 bytes come from it");
+    /* A 6000-byte bin (blocks of 6144: 2048-aligned) and alignment 4096. */
+    is_status(rankmem_binning_add_bin(mr, 6000, NULL), RANKMEM_SUCCESS, "a bin of 6000 bytes");
+    void *x1, *x2;
+    rankmem_allocate(mr, 5000, 512, &x1);
+    ok(up->allocs == before + 3, "5000 bytes at alignment 512 come from it");
+    is_status(rankmem_allocate(mr, 5000, 4096, &x2), RANKMEM_SUCCESS,
+              "5000 bytes at alignment 4096");
+    ok((uintptr_t)x2 % 4096 == 0 && up->allocs == before + 4,
+       "come from the 8 KiB bin, which gives that alignment");
+    is_status(rankmem_deallocate(mr, x2, 5000, 4096), RANKMEM_SUCCESS, "and go back there");
+    is_status(rankmem_deallocate(mr, x1, 5000, 512), RANKMEM_SUCCESS, "as does the other");
+    rankmem_deallocate(mr, u1, 2999, 0);
+    rankmem_deallocate(mr, u2, 99000, 0);
+    rankmem_deallocate(mr, n1, 2048, 0);
+    rankmem_deallocate(mr, n2, 3001, 0);
+    rankmem_deallocate(mr, b, 1024, 0);
+    rankmem_deallocate(mr, c, 1025, 0);
+
+    /* Trim: keep_bytes is kept across the bins. */
+    size_t held = q(mr, RANKMEM_QUERY_RESERVED_CURRENT);
+    is_status(rankmem_resource_trim(mr, 5 * MiB), RANKMEM_SUCCESS, "trim keeping 5 MiB");
+    size_t kept = q(mr, RANKMEM_QUERY_RESERVED_CURRENT);
+    ok(kept >= 5 * MiB && kept < held, "keeps at least 5 MiB of %zu (%zu)", held, kept);
+    rankmem_deallocate(mr, d, 4 * MiB, 0);
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "trim to 0");
+    ok(q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 0 && up->outstanding_bytes == 0 &&
+           q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_RESERVED_HIGH) >= 12 * MiB,
+       "everything back upstream (peak %zu)", q(mr, RANKMEM_QUERY_RESERVED_HIGH));
+
+    /* Forgetting a stream reaches the bins. */
+    rankmem_allocate_async(mr, 5000, 0, S1, &a);
+    rankmem_deallocate_async(mr, a, 5000, 0, S1);
+    is_status(rk_binning_forget_stream(mr, S1), RANKMEM_SUCCESS, "forget a stream");
+    rankmem_allocate_async(mr, 5000, 0, NULL, &b);
+    ok(a == b, "the bin's block went to the default stream");
+    rankmem_deallocate(mr, b, 5000, 0);
+
+    rankmem_resource_release(ubin);
+    ok(!ufin, "the user bin lives while binning holds it");
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "released");
+    ok(ufin, "and is released with it");
+    ok(up->outstanding_bytes == 0 && up->base.refcount == 1, "nothing outstanding upstream");
+    rankmem_resource_release(&up->base);
+    ok(fin, "chain gone");
+}
+
+static void test_busy(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    rankmem_resource_t *mr;
+    if (rankmem_binning_create(&up->base, 8, 12, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("binning_create: %s", rankmem_last_error());
+    void *p[3];
+    rankmem_allocate(mr, 100, 0, &p[0]);
+    rankmem_allocate(mr, 4000, 0, &p[1]);
+    rankmem_allocate(mr, 100000, 0, &p[2]);
+    is_status(rankmem_resource_release(mr), RANKMEM_ERR_BUSY, "release with live blocks");
+    ok(up->outstanding_bytes == 0 && up->base.refcount == 1,
+       "bins and large blocks went back anyway (%zu bytes outstanding)", up->outstanding_bytes);
+    rankmem_resource_release(&up->base);
+    ok(fin, "chain gone: nothing leaked");
+}
+
+/* ---- randomized ---- */
+
+#define MAXLIVE 300
+
+typedef struct {
+    unsigned char *p;
+    size_t n, align;
+    rankmem_stream_t s;
+    unsigned char fill;
+} live_t;
+
+static int intact(const live_t *b)
+{
+    for (size_t i = 0; i < b->n; i += 7)
+        if (b->p[i] != b->fill)
+            return 0;
+    return b->p[b->n - 1] == b->fill;
+}
+
+static void random_run(const char *what, rankmem_resource_t *upstream, counting_t *count,
+                       unsigned long long seed, int steps)
+{
+    rankmem_resource_t *mr;
+    if (rankmem_binning_create(upstream, 9, 18, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("binning_create: %s", rankmem_last_error());
+    /* A fixed bin off the powers of two, to route around. */
+    if (rankmem_binning_add_bin(mr, 6000, NULL) != RANKMEM_SUCCESS)
+        BAIL_OUT("add_bin: %s", rankmem_last_error());
+    static live_t live[MAXLIVE];
+    static const rankmem_stream_t streams[] = {NULL, S1, S2};
+    static const size_t aligns[] = {0, 256, 512, 4096};
+    int n = 0, overlaps = 0, misaligned = 0, corrupt = 0, bad = 0, allocs = 0;
+    test_seed(seed);
+    for (int s = 0; s < steps; s++) {
+        if (s % 4000 == 3999 && rankmem_resource_trim(mr, 0) != RANKMEM_SUCCESS)
+            bad++;
+        if (n == 0 || (n < MAXLIVE && test_rand() % 100 < 52)) {
+            live_t b;
+            b.n = test_log_size(1, 1 << 20);
+            b.align = aligns[test_rand() % 4];
+            b.s = streams[test_rand() % 3];
+            b.fill = (unsigned char)(1 + test_rand() % 255);
+            void *p;
+            if (rankmem_allocate_async(mr, b.n, b.align, b.s, &p) != RANKMEM_SUCCESS) {
+                bad++;
+                continue;
+            }
+            allocs++;
+            b.p = p;
+            if ((uintptr_t)b.p % (b.align ? b.align : 256))
+                misaligned++;
+            for (int i = 0; i < n; i++)
+                if (b.p < live[i].p + live[i].n && live[i].p < b.p + b.n)
+                    overlaps++;
+            memset(b.p, b.fill, b.n);
+            live[n++] = b;
+        } else {
+            int i = (int)(test_rand() % (unsigned)n);
+            if (!intact(&live[i]))
+                corrupt++;
+            rankmem_stream_t fs = test_rand() % 5 ? live[i].s : streams[test_rand() % 3];
+            if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, fs))
+                bad++;
+            live[i] = live[--n];
+        }
+    }
+    ok(!bad && allocs > steps / 3, "%s: %d allocations, every call succeeded (%d failures)", what,
+       allocs, bad);
+    ok(!overlaps && !misaligned && !corrupt,
+       "%s: no overlap (%d), misalignment (%d), corruption (%d)", what, overlaps, misaligned,
+       corrupt);
+    for (int i = 0; i < n; i++)
+        if (!intact(&live[i]) ||
+            rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, live[i].s))
+            bad++;
+    ok(!bad && q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_USED_CURRENT) == 0,
+       "%s: all freed", what);
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "%s: trim to 0", what);
+    ok(q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 0 && q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 0,
+       "%s: every bin gave everything back", what);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "%s: released", what);
+    if (count)
+        ok(count->outstanding_blocks == 0, "%s: nothing outstanding upstream", what);
+}
+
+/* ---- threads ---- */
+
+#define NTHREADS 8
+#define STEPS 15000
+#define HANDOFF 64
+
+static rankmem_resource_t *shared;
+static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    unsigned char *p;
+    size_t n;
+    unsigned char fill;
+} handoff[HANDOFF];
+static int nhandoff;
+static int t_errors[NTHREADS], t_corrupt[NTHREADS], t_served[NTHREADS];
+
+static unsigned long long rng(unsigned long long *s)
+{
+    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+static int check(const unsigned char *p, size_t n, unsigned char fill)
+{
+    for (size_t i = 0; i < n; i += 61)
+        if (p[i] != fill)
+            return 0;
+    return p[n - 1] == fill;
+}
+
+static void *worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x100 * (id + 1));
+    unsigned long long s = 777 + (unsigned long long)id;
+    struct {
+        unsigned char *p;
+        size_t n;
+        unsigned char fill;
+    } mine[48];
+    int n = 0;
+    for (int step = 0; step < STEPS; step++) {
+        unsigned r = (unsigned)rng(&s);
+        if (id == 0 && step % 2000 == 1999 && rankmem_resource_trim(shared, 0))
+            t_errors[id]++;
+        if (n < 48 && (n == 0 || r % 3)) {
+            /* Log-uniform 1 B .. 128 KiB; now and then above the largest bin. */
+            size_t bytes = ((size_t)1 << (rng(&s) % 17)) + rng(&s) % 1024;
+            if (r % 97 == 0)
+                bytes = (1 << 17) + 1 + rng(&s) % 4096;
+            void *p;
+            if (rankmem_allocate_async(shared, bytes, 0, stream, &p) != RANKMEM_SUCCESS) {
+                t_errors[id]++;
+                continue;
+            }
+            t_served[id]++;
+            unsigned char fill = (unsigned char)(id * 31 + step);
+            memset(p, fill, bytes);
+            mine[n].p = p, mine[n].n = bytes, mine[n].fill = fill;
+            n++;
+        } else {
+            int i = (int)(rng(&s) % (unsigned)n);
+            if (!check(mine[i].p, mine[i].n, mine[i].fill))
+                t_corrupt[id]++;
+            int passed = 0;
+            if (r % 5 == 0) {
+                pthread_mutex_lock(&handoff_lock);
+                if (nhandoff < HANDOFF) {
+                    handoff[nhandoff].p = mine[i].p, handoff[nhandoff].n = mine[i].n;
+                    handoff[nhandoff].fill = mine[i].fill;
+                    nhandoff++;
+                    passed = 1;
+                }
+                pthread_mutex_unlock(&handoff_lock);
+            }
+            if (!passed && rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
+                t_errors[id]++;
+            mine[i] = mine[--n];
+        }
+        if (r % 7 == 0) {
+            unsigned char *p = NULL;
+            size_t bytes = 0;
+            unsigned char fill = 0;
+            pthread_mutex_lock(&handoff_lock);
+            if (nhandoff) {
+                nhandoff--;
+                p = handoff[nhandoff].p, bytes = handoff[nhandoff].n, fill = handoff[nhandoff].fill;
+            }
+            pthread_mutex_unlock(&handoff_lock);
+            if (p) {
+                if (!check(p, bytes, fill))
+                    t_corrupt[id]++;
+                if (rankmem_deallocate_async(shared, p, bytes, 0, stream))
+                    t_errors[id]++;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!check(mine[i].p, mine[i].n, mine[i].fill))
+            t_corrupt[id]++;
+        if (rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
+            t_errors[id]++;
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    if (rankmem_binning_create(&up->base, 8, 17, &shared) != RANKMEM_SUCCESS)
+        BAIL_OUT("binning_create: %s", rankmem_last_error());
+    pthread_t t[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(t[i], NULL);
+    int err = 0, bad = 0, total = 0;
+    for (int i = 0; i < nhandoff; i++) {
+        bad += !check(handoff[i].p, handoff[i].n, handoff[i].fill);
+        err += rankmem_deallocate(shared, handoff[i].p, handoff[i].n, 0) != RANKMEM_SUCCESS;
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        err += t_errors[i], bad += t_corrupt[i], total += t_served[i];
+    ok(err == 0, "%d threads, own streams, handoffs, trims: every call succeeded (%d errors)",
+       NTHREADS, err);
+    ok(bad == 0, "no block was overwritten by another thread (%d)", bad);
+    ok(total > NTHREADS * STEPS / 3, "%d allocations served", total);
+    ok(q(shared, RANKMEM_QUERY_LIVE_COUNT) == 0, "nothing live at the end");
+    is_status(rankmem_resource_trim(shared, 0), RANKMEM_SUCCESS, "trim to 0");
+    ok(up->outstanding_bytes == 0, "every bin's batches came back whole (%zu outstanding)",
+       up->outstanding_bytes);
+    is_status(rankmem_resource_release(shared), RANKMEM_SUCCESS, "released");
+    rankmem_resource_release(&up->base);
+    ok(fin, "chain gone");
+}
+
+int main(void)
+{
+    test_bad_input();
+    test_routing();
+    test_busy();
+    static const unsigned long long seeds[] = {11, 12, 13};
+    for (int i = 0; i < 3; i++) {
+        int fin;
+        counting_t *up = counting_new(&fin);
+        char name[64];
+        snprintf(name, sizeof name, "host, seed %llu", seeds[i]);
+        random_run(name, &up->base, up, seeds[i], 12000);
+        rankmem_resource_release(&up->base);
+        ok(fin, "seed %llu: upstream gone", seeds[i]);
+    }
+    {
+        int fin;
+        counting_t *up = counting_new(&fin);
+        rankmem_resource_t *pool;
+        if (rankmem_pool_create(&up->base, NULL, &pool) != RANKMEM_SUCCESS)
+            BAIL_OUT("pool_create: %s", rankmem_last_error());
+        random_run("over a pool", pool, NULL, 21, 12000);
+        ok(q(pool, RANKMEM_QUERY_LIVE_COUNT) == 0, "the pool has nothing live after");
+        is_status(rankmem_resource_release(pool), RANKMEM_SUCCESS, "pool released");
+        ok(up->outstanding_bytes == 0, "nothing outstanding upstream");
+        rankmem_resource_release(&up->base);
+        ok(fin, "chain gone");
+    }
+    test_threads();
+    return tap_done();
+}

@@ -1,0 +1,596 @@
+/* The fixed-size resource over a host upstream (and over a pool): growth by
+ * batches, trim, per-stream reuse, alignment, randomized allocate/free with
+ * overlap, alignment and content checks, every bad input, release with live
+ * blocks, and an 8-thread stress test with handoffs and concurrent trims
+ * (the short CI form; run it under ThreadSanitizer too, see docs/fixed-binning.md). */
+#include <pthread.h>
+#include <stdint.h>
+#include <string.h>
+#include <rankmem.h>
+#include "tap.h"
+#include "counting.h"
+
+/* Hidden in the library; this test links it statically. */
+rankmem_status_t rk_fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
+
+#define S1 ((rankmem_stream_t)(uintptr_t)0x1000)
+#define S2 ((rankmem_stream_t)(uintptr_t)0x2000)
+#define S3 ((rankmem_stream_t)(uintptr_t)0x3000)
+
+static size_t q(rankmem_resource_t *mr, rankmem_query_t what)
+{
+    size_t v = (size_t)-1;
+    rankmem_resource_query(mr, what, &v);
+    return v;
+}
+
+/* An upstream that gives 256-byte alignment only, as cudaMalloc does. */
+typedef struct {
+    rankmem_resource_t base;
+    int refused;
+} picky_t;
+
+static rankmem_status_t picky_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                       rankmem_stream_t stream, void **ptr_p)
+{
+    if (alignment > 256) {
+        ((picky_t *)mr)->refused++;
+        return RANKMEM_ERR_NOT_SUPPORTED;
+    }
+    return rankmem_allocate_async(mr->upstream, bytes, alignment, stream, ptr_p);
+}
+
+static rankmem_status_t picky_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                         size_t alignment, rankmem_stream_t stream)
+{
+    return rankmem_deallocate_async(mr->upstream, ptr, bytes, alignment, stream);
+}
+
+static rankmem_status_t picky_finalize(rankmem_resource_t *mr)
+{
+    free(mr);
+    return RANKMEM_SUCCESS;
+}
+
+static const rankmem_resource_ops_t picky_ops = {
+    .size = sizeof(rankmem_resource_ops_t),
+    .name = "picky",
+    .allocate = picky_allocate,
+    .deallocate = picky_deallocate,
+    .finalize = picky_finalize,
+};
+
+static void test_bad_input(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    rankmem_resource_t *mr = (rankmem_resource_t *)&fin; /* sentinel: must stay untouched */
+    is_status(rankmem_fixed_create(NULL, 1024, 16, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: NULL upstream");
+    is_status(rankmem_fixed_create(&up->base, 1024, 16, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: NULL output");
+    is_status(rankmem_fixed_create(&up->base, 0, 16, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: block size 0");
+    is_status(rankmem_fixed_create(&up->base, SIZE_MAX, 1, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: block size SIZE_MAX");
+    is_status(rankmem_fixed_create(&up->base, (size_t)1 << 41, 1, &mr),
+              RANKMEM_ERR_INVALID_ARGUMENT, "create: block size 2^41");
+    is_status(rankmem_fixed_create(&up->base, 1 << 20, (size_t)1 << 21, &mr),
+              RANKMEM_ERR_INVALID_ARGUMENT, "create: a batch of 2^41 bytes");
+    is_status(rankmem_fixed_create(&up->base, 1 << 20, SIZE_MAX, &mr),
+              RANKMEM_ERR_INVALID_ARGUMENT, "create: SIZE_MAX blocks per batch");
+    up->fail_above = 1000;
+    is_status(rankmem_fixed_create(&up->base, 1024, 16, &mr), RANKMEM_ERR_OUT_OF_MEMORY,
+              "create: the upstream refuses the first batch");
+    up->fail_above = 0;
+    ok(mr == (rankmem_resource_t *)&fin, "output untouched on every failure");
+    ok(up->base.refcount == 1 && up->allocs == 0 && up->outstanding_blocks == 0,
+       "no reference and nothing allocated left behind (refcount %lu, %zu allocs)",
+       up->base.refcount, up->allocs);
+
+    is_status(rankmem_fixed_create(&up->base, 1024, 4, &mr), RANKMEM_SUCCESS, "create");
+    void *p = NULL;
+    is_status(rankmem_allocate(mr, 1025, 0, &p), RANKMEM_ERR_INVALID_ARGUMENT,
+              "a request larger than the block");
+    const char *msg = rankmem_last_error();
+    ok(strstr(msg, "1025") && strstr(msg, "1024"), "the message names both sizes: %s", msg);
+    is_status(rankmem_allocate(mr, 0, 0, &p), RANKMEM_ERR_INVALID_ARGUMENT, "0 bytes");
+    is_status(rankmem_allocate(mr, 8, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "NULL output");
+    is_status(rankmem_allocate(mr, 8, 3, &p), RANKMEM_ERR_INVALID_ARGUMENT, "alignment 3");
+    is_status(rankmem_deallocate(mr, NULL, 8, 0), RANKMEM_ERR_INVALID_POINTER, "free NULL");
+    ok(p == NULL && q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 4,
+       "nothing changed");
+    is_status(rankmem_resource_query(mr, RANKMEM_QUERY_LIMIT, &(size_t){0}),
+              RANKMEM_ERR_NOT_SUPPORTED, "an unknown query");
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "released");
+    ok(up->outstanding_bytes == 0 && up->base.refcount == 1, "nothing outstanding upstream");
+    rankmem_resource_release(&up->base);
+    ok(fin, "chain gone");
+}
+
+static void test_growth_and_trim(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    rankmem_resource_t *mr;
+    if (rankmem_fixed_create(&up->base, 1000, 16, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    ok(up->allocs == 1 && up->outstanding_bytes == 16 * 1024,
+       "creation takes one batch: 16 blocks of 1000 rounded up to 1024 (%zu allocs, %zu bytes)",
+       up->allocs, up->outstanding_bytes);
+    ok(q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 16384 && q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 16 &&
+           q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_USED_CURRENT) == 0,
+       "queries at creation");
+    char desc[64] = "";
+    rankmem_resource_describe(mr, desc, sizeof desc, NULL);
+    ok(strcmp(desc, "fixed(block=1KiB,batch=16)>counting") == 0, "describe: %s", desc);
+
+    void *p[40];
+    int bad = 0;
+    for (int i = 0; i < 16; i++)
+        bad += rankmem_allocate(mr, 1 + (size_t)i * 60, 0, &p[i]) != RANKMEM_SUCCESS;
+    ok(!bad && up->allocs == 1, "16 blocks from the first batch, no upstream call");
+    for (int i = 0; i < 16; i++)
+        for (int j = 0; j < i; j++)
+            bad += (char *)p[i] < (char *)p[j] + 1024 && (char *)p[j] < (char *)p[i] + 1024;
+    ok(!bad, "no two blocks overlap");
+    bad = rankmem_allocate(mr, 1024, 0, &p[16]) != RANKMEM_SUCCESS;
+    ok(!bad && up->allocs == 2 && q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 32768,
+       "the 17th grows by one batch (%zu allocs)", up->allocs);
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == 17 && q(mr, RANKMEM_QUERY_USED_CURRENT) == 17 * 1024 &&
+           q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 15,
+       "live %zu, used %zu, free %zu", q(mr, RANKMEM_QUERY_LIVE_COUNT),
+       q(mr, RANKMEM_QUERY_USED_CURRENT), q(mr, RANKMEM_QUERY_FREE_BLOCKS));
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "trim with every batch in use");
+    ok(up->frees == 0 && q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 32768,
+       "gives nothing back while every batch has a live block");
+    /* Free the first batch's blocks: it becomes wholly free. */
+    for (int i = 0; i < 16; i++)
+        bad += rankmem_deallocate(mr, p[i], 1 + (size_t)i * 60, 0) != RANKMEM_SUCCESS;
+    ok(!bad, "frees");
+    is_status(rankmem_resource_trim(mr, 32768), RANKMEM_SUCCESS, "trim keeping 32 KiB");
+    ok(up->frees == 0, "keeps what it was asked to keep");
+    is_status(rankmem_resource_trim(mr, 1), RANKMEM_SUCCESS, "trim keeping 1 byte");
+    ok(up->frees == 1 && q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 16384 &&
+           q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 15 && q(mr, RANKMEM_QUERY_RESERVED_HIGH) == 32768,
+       "gives back the wholly free batch only (%zu frees, %zu free blocks, high %zu)", up->frees,
+       q(mr, RANKMEM_QUERY_FREE_BLOCKS), q(mr, RANKMEM_QUERY_RESERVED_HIGH));
+    /* A pointer of the batch given back is now foreign. */
+    is_status(rankmem_deallocate(mr, p[0], 8, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a pointer into a trimmed batch is refused");
+    bad = rankmem_deallocate(mr, p[16], 1024, 0) != RANKMEM_SUCCESS;
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "trim to 0");
+    ok(!bad && up->outstanding_bytes == 0 && q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 0 &&
+           q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 0,
+       "everything back upstream");
+    bad = rankmem_allocate(mr, 100, 0, &p[0]) != RANKMEM_SUCCESS;
+    ok(!bad && up->allocs == 3, "grows again after a trim to 0");
+    bad = rankmem_deallocate(mr, p[0], 100, 0) != RANKMEM_SUCCESS;
+    ok(!bad, "and frees");
+
+    rankmem_resource_t *dflt;
+    if (rankmem_fixed_create(&up->base, 64 << 10, 0, &dflt) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    rankmem_resource_describe(dflt, desc, sizeof desc, NULL);
+    ok(q(dflt, RANKMEM_QUERY_RESERVED_CURRENT) == (2 << 20) &&
+           strcmp(desc, "fixed(block=64KiB)>counting") == 0,
+       "batch 0: 2 MiB worth of blocks; describe: %s", desc);
+    rankmem_resource_t *big;
+    if (rankmem_fixed_create(&up->base, 3 << 20, 0, &big) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    ok(q(big, RANKMEM_QUERY_RESERVED_CURRENT) == (3 << 20), "blocks over 2 MiB: one per batch");
+    rankmem_resource_release(big);
+    rankmem_resource_release(dflt);
+    rankmem_resource_release(&up->base);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "released");
+    ok(fin, "chain gone");
+}
+
+static void test_bad_pointers(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    rankmem_resource_t *mr, *odd;
+    if (rankmem_fixed_create(&up->base, 1024, 8, &mr) != RANKMEM_SUCCESS ||
+        rankmem_fixed_create(&up->base, 768, 8, &odd) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    void *p, *r, *o;
+    rankmem_allocate(mr, 1000, 0, &p);
+    rankmem_allocate(mr, 1000, 0, &r);
+    rankmem_allocate(odd, 700, 0, &o);
+    size_t live = q(mr, RANKMEM_QUERY_LIVE_COUNT), nfree = q(mr, RANKMEM_QUERY_FREE_BLOCKS);
+    char *c = p;
+    void *heap = malloc(1024);
+    is_status(rankmem_deallocate(mr, heap, 1000, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a foreign pointer");
+    is_status(rankmem_deallocate(mr, c + 256, 8, 0), RANKMEM_ERR_INVALID_POINTER,
+              "an interior pointer (256 bytes in)");
+    is_status(rankmem_deallocate(mr, c + 1, 8, 0), RANKMEM_ERR_INVALID_POINTER,
+              "an interior pointer (1 byte in)");
+    is_status(rankmem_deallocate(mr, p, 1025, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a size larger than the block");
+    is_status(rankmem_deallocate(odd, (char *)o + 256, 8, 0), RANKMEM_ERR_INVALID_POINTER,
+              "an interior pointer, block size 768");
+    is_status(rankmem_deallocate(odd, (char *)o + 512, 8, 0), RANKMEM_ERR_INVALID_POINTER,
+              "an interior pointer, 512 into a 768-byte block");
+    is_status(rankmem_deallocate(odd, (char *)o + 768, 8, 0), RANKMEM_ERR_INVALID_POINTER,
+              "the next block, which is free");
+    is_status(rankmem_deallocate(odd, p, 8, 0), RANKMEM_ERR_INVALID_POINTER,
+              "a block of another fixed resource");
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == live && q(mr, RANKMEM_QUERY_FREE_BLOCKS) == nfree,
+       "nothing changed by the refusals");
+    is_status(rankmem_deallocate(mr, p, 1000, 0), RANKMEM_SUCCESS, "the real free");
+    is_status(rankmem_deallocate(mr, p, 1000, 0), RANKMEM_ERR_INVALID_POINTER, "a double free");
+    ok(strstr(rankmem_last_error(), "double free") != NULL, "says so: %s", rankmem_last_error());
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == live - 1 &&
+           q(mr, RANKMEM_QUERY_FREE_BLOCKS) == nfree + 1,
+       "the double free changed nothing");
+    void *p2;
+    rankmem_allocate(mr, 10, 0, &p2);
+    ok(p2 == p, "the block comes back once");
+    void *p3;
+    rankmem_allocate(mr, 10, 0, &p3);
+    ok(p3 != p, "and only once");
+    is_status(rankmem_deallocate(odd, o, 700, 0), RANKMEM_SUCCESS, "768: free");
+    rankmem_deallocate(mr, p2, 10, 0);
+    rankmem_deallocate(mr, p3, 10, 0);
+    rankmem_deallocate(mr, r, 1000, 0);
+    free(heap);
+
+    /* Alignment: batches are asked at the block's power-of-two factor (at most 4 KiB). */
+    void *a = NULL;
+    is_status(rankmem_allocate(mr, 100, 1024, &a), RANKMEM_SUCCESS, "alignment 1024, block 1024");
+    ok(a && (uintptr_t)a % 1024 == 0, "is 1024-aligned");
+    rankmem_deallocate(mr, a, 100, 1024);
+    is_status(rankmem_allocate(mr, 100, 2048, &a), RANKMEM_ERR_NOT_SUPPORTED,
+              "alignment 2048 with 1 KiB blocks");
+    is_status(rankmem_allocate(odd, 100, 512, &a), RANKMEM_ERR_NOT_SUPPORTED,
+              "alignment 512 with 768-byte blocks");
+    picky_t *pk = calloc(1, sizeof *pk);
+    rankmem_resource_init(&pk->base, &picky_ops, RANKMEM_PROP_HOST_ACCESSIBLE, &up->base);
+    rankmem_resource_t *pf;
+    is_status(rankmem_fixed_create(&pk->base, 4096, 4, &pf), RANKMEM_SUCCESS,
+              "over an upstream that gives 256-byte alignment only");
+    ok(pk->refused == 1, "it was asked for 4096 once");
+    is_status(rankmem_allocate(pf, 100, 512, &a), RANKMEM_ERR_NOT_SUPPORTED,
+              "then alignment 512 is not supported");
+    is_status(rankmem_allocate(pf, 100, 256, &a), RANKMEM_SUCCESS, "256 is");
+    rankmem_deallocate(pf, a, 100, 256);
+    void *g[5];
+    for (int i = 0; i < 5; i++)
+        rankmem_allocate(pf, 4096, 0, &g[i]);
+    ok(pk->refused == 1, "growth asks for 256 from then on");
+    for (int i = 0; i < 5; i++)
+        rankmem_deallocate(pf, g[i], 4096, 0);
+    rankmem_resource_release(&pk->base);
+    is_status(rankmem_resource_release(pf), RANKMEM_SUCCESS, "released");
+
+    rankmem_resource_release(odd);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "released");
+    ok(up->outstanding_bytes == 0 && up->base.refcount == 1, "nothing outstanding upstream");
+    rankmem_resource_release(&up->base);
+    ok(fin, "chain gone");
+}
+
+static void test_streams(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    rankmem_resource_t *mr;
+    if (rankmem_fixed_create(&up->base, 512, 8, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    void *a, *b, *c, *x, *y;
+    rankmem_allocate_async(mr, 512, 0, S1, &a);
+    rankmem_deallocate_async(mr, a, 512, 0, S1);
+    rankmem_allocate_async(mr, 512, 0, S1, &b);
+    ok(a == b, "the same stream gets its block back at once");
+    rankmem_allocate_async(mr, 512, 0, S1, &x);
+    rankmem_deallocate_async(mr, x, 512, 0, S1);
+    rankmem_deallocate_async(mr, b, 512, 0, S1);
+    rankmem_allocate_async(mr, 512, 0, S1, &y);
+    rankmem_allocate_async(mr, 512, 0, S1, &c);
+    ok(y == b && c == x, "last freed, first reused (LIFO per stream)");
+    /* S2 has nothing of its own: it takes from another stream (over a host
+     * upstream no event is needed), and then keeps what it took. */
+    void *d, *e;
+    rankmem_deallocate_async(mr, y, 512, 0, S1);
+    is_status(rankmem_allocate_async(mr, 512, 0, S2, &d), RANKMEM_SUCCESS, "another stream");
+    ok(d != c, "gets a block that is not live");
+    rankmem_deallocate_async(mr, d, 512, 0, S2);
+    rankmem_allocate_async(mr, 512, 0, S2, &e);
+    ok(e == d, "and reuses its own free at once");
+    size_t nfree = q(mr, RANKMEM_QUERY_FREE_BLOCKS);
+    /* Forgetting a stream: its blocks go to the default stream. */
+    rankmem_deallocate_async(mr, e, 512, 0, S3);
+    is_status(rk_fixed_forget_stream(mr, S3), RANKMEM_SUCCESS, "forget a stream");
+    void *f;
+    rankmem_allocate_async(mr, 512, 0, NULL, &f);
+    ok(f == e, "its free block went to the default stream");
+    ok(q(mr, RANKMEM_QUERY_FREE_BLOCKS) == nfree, "nothing lost (%zu free)",
+       q(mr, RANKMEM_QUERY_FREE_BLOCKS));
+    rankmem_deallocate_async(mr, f, 512, 0, S2);
+    rankmem_deallocate_async(mr, c, 512, 0, S2);
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_FREE_BLOCKS) == 8,
+       "all 8 free again, over three streams");
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "trim across streams");
+    ok(up->outstanding_bytes == 0, "the batch went back");
+    rankmem_resource_release(&up->base);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "released");
+    ok(fin, "chain gone");
+}
+
+/* ---- randomized ---- */
+
+#define MAXLIVE 300
+
+typedef struct {
+    unsigned char *p;
+    size_t n, align;
+    rankmem_stream_t s;
+    unsigned char fill;
+} live_t;
+
+static int intact(const live_t *b)
+{
+    for (size_t i = 0; i < b->n; i++)
+        if (b->p[i] != b->fill)
+            return 0;
+    return 1;
+}
+
+static void random_run(const char *what, rankmem_resource_t *upstream, counting_t *count,
+                       size_t block, unsigned long long seed, int steps)
+{
+    rankmem_resource_t *mr;
+    if (rankmem_fixed_create(upstream, block, 16, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    static live_t live[MAXLIVE];
+    static const rankmem_stream_t streams[] = {NULL, S1, S2};
+    int n = 0, overlaps = 0, misaligned = 0, corrupt = 0, bad = 0, allocs = 0;
+    test_seed(seed);
+    for (int s = 0; s < steps; s++) {
+        if (s % 4000 == 3999 && rankmem_resource_trim(mr, 0) != RANKMEM_SUCCESS)
+            bad++;
+        if (n == 0 || (n < MAXLIVE && test_rand() % 100 < 52)) {
+            live_t b;
+            b.n = 1 + test_rand() % block;
+            b.align = test_rand() % 4 ? 0 : 256;
+            if (block % 4096 == 0 && test_rand() % 8 == 0)
+                b.align = 4096;
+            b.s = streams[test_rand() % 3];
+            b.fill = (unsigned char)(1 + test_rand() % 255);
+            void *p;
+            if (rankmem_allocate_async(mr, b.n, b.align, b.s, &p) != RANKMEM_SUCCESS) {
+                bad++;
+                continue;
+            }
+            allocs++;
+            b.p = p;
+            if ((uintptr_t)b.p % (b.align ? b.align : 256))
+                misaligned++;
+            for (int i = 0; i < n; i++)
+                if (b.p < live[i].p + block && live[i].p < b.p + block)
+                    overlaps++;
+            memset(b.p, b.fill, b.n);
+            live[n++] = b;
+        } else {
+            int i = (int)(test_rand() % (unsigned)n);
+            if (!intact(&live[i]))
+                corrupt++;
+            /* Mostly on the stream it was used on; sometimes on another. */
+            rankmem_stream_t fs = test_rand() % 5 ? live[i].s : streams[test_rand() % 3];
+            if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, fs))
+                bad++;
+            live[i] = live[--n];
+        }
+    }
+    ok(!bad && allocs > steps / 3, "%s: %d allocations, every call succeeded (%d failures)", what,
+       allocs, bad);
+    ok(!overlaps && !misaligned && !corrupt, "%s: no overlap (%d), misalignment (%d), corruption (%d)",
+       what, overlaps, misaligned, corrupt);
+    for (int i = 0; i < n; i++)
+        if (!intact(&live[i]) || rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align,
+                                                          live[i].s))
+            bad++;
+    ok(!bad && q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0, "%s: all freed", what);
+    size_t reserved = q(mr, RANKMEM_QUERY_RESERVED_CURRENT);
+    ok(q(mr, RANKMEM_QUERY_FREE_BLOCKS) * ((block + 255) & ~(size_t)255) == reserved,
+       "%s: every block of %zu bytes reserved is free", what, reserved);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "%s: released", what);
+    if (count)
+        ok(count->outstanding_blocks == 0 && count->outstanding_bytes == 0,
+           "%s: nothing outstanding upstream", what);
+}
+
+/* ---- release with live blocks ---- */
+
+static void test_busy(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    rankmem_resource_t *mr;
+    if (rankmem_fixed_create(&up->base, 256, 4, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    void *p[6];
+    for (int i = 0; i < 6; i++)
+        rankmem_allocate(mr, 256, 0, &p[i]);
+    is_status(rankmem_resource_release(mr), RANKMEM_ERR_BUSY, "release with 6 live blocks");
+    ok(strstr(rankmem_last_error(), "6 live") != NULL, "says how many: %s", rankmem_last_error());
+    ok(up->outstanding_bytes == 0 && up->base.refcount == 1,
+       "every batch went back anyway (%zu bytes outstanding)", up->outstanding_bytes);
+    rankmem_resource_release(&up->base);
+    ok(fin, "chain gone: nothing leaked");
+}
+
+/* ---- threads ---- */
+
+#define NTHREADS 8
+#define STEPS 20000
+#define HANDOFF 64
+
+static rankmem_resource_t *shared;
+static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    unsigned char *p;
+    size_t n;
+    unsigned char fill;
+} handoff[HANDOFF];
+static int nhandoff;
+static int t_errors[NTHREADS], t_corrupt[NTHREADS], t_served[NTHREADS];
+
+static unsigned long long rng(unsigned long long *s)
+{
+    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
+    return *s * 2685821657736338717ull;
+}
+
+static int check(const unsigned char *p, size_t n, unsigned char fill)
+{
+    for (size_t i = 0; i < n; i += 61)
+        if (p[i] != fill)
+            return 0;
+    return p[n - 1] == fill;
+}
+
+static void *worker(void *arg)
+{
+    int id = (int)(intptr_t)arg;
+    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x100 * (id + 1));
+    unsigned long long s = 12345 + (unsigned long long)id;
+    struct {
+        unsigned char *p;
+        size_t n;
+        unsigned char fill;
+    } mine[48];
+    int n = 0;
+    for (int step = 0; step < STEPS; step++) {
+        unsigned r = (unsigned)rng(&s);
+        if (id == 0 && step % 2000 == 1999 && rankmem_resource_trim(shared, 0))
+            t_errors[id]++; /* trims race with everybody's allocations and frees */
+        if (n < 48 && (n == 0 || r % 3)) {
+            size_t bytes = 1 + rng(&s) % 4096;
+            void *p;
+            if (rankmem_allocate_async(shared, bytes, 0, stream, &p) != RANKMEM_SUCCESS) {
+                t_errors[id]++;
+                continue;
+            }
+            t_served[id]++;
+            unsigned char fill = (unsigned char)(id * 31 + step);
+            memset(p, fill, bytes);
+            mine[n].p = p, mine[n].n = bytes, mine[n].fill = fill;
+            n++;
+        } else {
+            int i = (int)(rng(&s) % (unsigned)n);
+            if (!check(mine[i].p, mine[i].n, mine[i].fill))
+                t_corrupt[id]++;
+            int passed = 0;
+            if (r % 5 == 0) { /* pass it on, to be freed by another thread on its stream */
+                pthread_mutex_lock(&handoff_lock);
+                if (nhandoff < HANDOFF) {
+                    handoff[nhandoff].p = mine[i].p, handoff[nhandoff].n = mine[i].n;
+                    handoff[nhandoff].fill = mine[i].fill;
+                    nhandoff++;
+                    passed = 1;
+                }
+                pthread_mutex_unlock(&handoff_lock);
+            }
+            if (!passed && rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
+                t_errors[id]++;
+            mine[i] = mine[--n];
+        }
+        if (r % 7 == 0) {
+            unsigned char *p = NULL;
+            size_t bytes = 0;
+            unsigned char fill = 0;
+            pthread_mutex_lock(&handoff_lock);
+            if (nhandoff) {
+                nhandoff--;
+                p = handoff[nhandoff].p, bytes = handoff[nhandoff].n, fill = handoff[nhandoff].fill;
+            }
+            pthread_mutex_unlock(&handoff_lock);
+            if (p) {
+                if (!check(p, bytes, fill))
+                    t_corrupt[id]++;
+                if (rankmem_deallocate_async(shared, p, bytes, 0, stream))
+                    t_errors[id]++;
+            }
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        if (!check(mine[i].p, mine[i].n, mine[i].fill))
+            t_corrupt[id]++;
+        if (rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
+            t_errors[id]++;
+    }
+    return NULL;
+}
+
+static void test_threads(void)
+{
+    int fin;
+    counting_t *up = counting_new(&fin);
+    if (rankmem_fixed_create(&up->base, 4096, 32, &shared) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed_create: %s", rankmem_last_error());
+    pthread_t t[NTHREADS];
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
+    for (int i = 0; i < NTHREADS; i++)
+        pthread_join(t[i], NULL);
+    int err = 0, bad = 0, total = 0;
+    for (int i = 0; i < nhandoff; i++) {
+        bad += !check(handoff[i].p, handoff[i].n, handoff[i].fill);
+        err += rankmem_deallocate(shared, handoff[i].p, handoff[i].n, 0) != RANKMEM_SUCCESS;
+    }
+    for (int i = 0; i < NTHREADS; i++)
+        err += t_errors[i], bad += t_corrupt[i], total += t_served[i];
+    ok(err == 0, "%d threads, own streams, handoffs, trims: every call succeeded (%d errors)",
+       NTHREADS, err);
+    ok(bad == 0, "no block was overwritten by another thread (%d)", bad);
+    ok(total > NTHREADS * STEPS / 3, "%d allocations served", total);
+    ok(q(shared, RANKMEM_QUERY_LIVE_COUNT) == 0, "nothing live at the end");
+    is_status(rankmem_resource_trim(shared, 0), RANKMEM_SUCCESS, "trim to 0");
+    ok(up->outstanding_bytes == 0 && q(shared, RANKMEM_QUERY_FREE_BLOCKS) == 0,
+       "blocks spread over threads and streams add up to whole batches again (%zu outstanding)",
+       up->outstanding_bytes);
+    rankmem_resource_release(&up->base);
+    is_status(rankmem_resource_release(shared), RANKMEM_SUCCESS, "released");
+    ok(fin, "chain gone");
+}
+
+int main(void)
+{
+    test_bad_input();
+    test_growth_and_trim();
+    test_bad_pointers();
+    test_streams();
+
+    static const unsigned long long seeds[] = {1, 2, 3};
+    for (int i = 0; i < 3; i++) {
+        int fin;
+        counting_t *up = counting_new(&fin);
+        char name[64];
+        snprintf(name, sizeof name, "host, 768-byte blocks, seed %llu", seeds[i]);
+        random_run(name, &up->base, up, 768, seeds[i], 12000);
+        snprintf(name, sizeof name, "host, 4 KiB blocks, seed %llu", seeds[i]);
+        random_run(name, &up->base, up, 4096, seeds[i] + 100, 12000);
+        rankmem_resource_release(&up->base);
+        ok(fin, "seed %llu: upstream gone", seeds[i]);
+    }
+    {
+        int fin;
+        counting_t *up = counting_new(&fin);
+        rankmem_resource_t *pool;
+        if (rankmem_pool_create(&up->base, NULL, &pool) != RANKMEM_SUCCESS)
+            BAIL_OUT("pool_create: %s", rankmem_last_error());
+        random_run("over a pool, 4 KiB blocks", pool, NULL, 4096, 7, 12000);
+        random_run("over a pool, 1280-byte blocks", pool, NULL, 1280, 8, 12000);
+        ok(q(pool, RANKMEM_QUERY_LIVE_COUNT) == 0, "the pool has nothing live after");
+        is_status(rankmem_resource_release(pool), RANKMEM_SUCCESS, "pool released");
+        ok(up->outstanding_bytes == 0, "nothing outstanding upstream");
+        rankmem_resource_release(&up->base);
+        ok(fin, "chain gone");
+    }
+    test_busy();
+    test_threads();
+    return tap_done();
+}
