@@ -111,7 +111,7 @@ struct SplitMix64 {
 
 constexpr uint64_t kSeed = 20240601;
 constexpr size_t kMinBytes = 256;
-constexpr size_t kMaxBytes = size_t(4) << 20;
+size_t kMaxBytes = size_t(4) << 20; /* --max-size */
 
 /* Log-uniform in [kMinBytes, kMaxBytes]: as many 1 KiB-ish requests as
  * 1 MiB-ish ones, like the mix of halos, scratch and field arrays in a code. */
@@ -673,9 +673,9 @@ std::string report(const RunInfo &info, const std::vector<Row> &rows, const Work
     }
 
     s += "\n## How it was measured\n\n";
-    s += strf("- Sizes: log-uniform between %zu B and %zu MiB (splitmix64, seed %llu), drawn "
+    s += strf("- Sizes: log-uniform between %zu B and %zu KiB (splitmix64, seed %llu), drawn "
               "before any timing; default alignment (256 B).\n",
-              kMinBytes, kMaxBytes >> 20, (unsigned long long)kSeed);
+              kMinBytes, kMaxBytes >> 10, (unsigned long long)kSeed);
     s += "- Clock: `std::chrono::steady_clock` around the loop alone. The stream is "
          "synchronised after the clock stops, so stream-ordered frees count by their host "
          "cost; no kernels run.\n";
@@ -712,12 +712,14 @@ std::string report(const RunInfo &info, const std::vector<Row> &rows, const Work
 
 void usage(FILE *f)
 {
-    fputs("usage: rankmem-bench [--quick] [--out FILE] [--repeats N] [--no-cub] [--no-malloc]\n"
+    fputs("usage: rankmem-bench [--quick] [--out FILE] [--repeats N] [--max-size BYTES] [--no-cub]\n"
+          "                     [--no-malloc]\n"
           "  Times allocate+free on the GPU for rankmem's pool, cudaMalloc,\n"
           "  cudaMallocAsync and CUB's caching allocator; prints a Markdown report.\n"
           "  --quick      fewer pairs and repeats: a smoke test, not a result\n"
           "  --out FILE   write the report to FILE (docs/benchmarks.md) instead of stdout\n"
           "  --repeats N  timed repeats per measurement, median reported (default 5)\n"
+          "  --max-size BYTES  largest request (default 4194304; 65536 for small sizes)\n"
           "  --no-cub     skip CUB's CachingDeviceAllocator\n"
           "  --no-malloc  skip cudaMalloc/cudaFree (the slowest)\n"
           "Exit status: 0 done, 1 error, 2 bad usage, 77 no GPU.\n",
@@ -731,6 +733,14 @@ Options parse(int argc, char **argv)
         const char *a = argv[i];
         if (!strcmp(a, "--quick")) {
             o.quick = true;
+        } else if (!strcmp(a, "--max-size") && i + 1 < argc) {
+            char *end;
+            unsigned long long n = strtoull(argv[++i], &end, 10);
+            if (*end || n < 1024 || n > (1ull << 30)) {
+                fprintf(stderr, "rankmem-bench: --max-size wants 1024..2^30, not '%s'\n", argv[i]);
+                exit(2);
+            }
+            kMaxBytes = (size_t)n;
         } else if (!strcmp(a, "--no-cub")) {
             o.cub = false;
         } else if (!strcmp(a, "--no-malloc")) {
@@ -903,6 +913,20 @@ int main(int argc, char **argv)
         CK_RM(rankmem_resource_release(pool));
         return std::unique_ptr<Allocator>(new RankmemAllocator(tr, true, streams));
     }});
+    /* The suballocators, built from spec strings as users write them. */
+    auto from_spec = [&](const char *name, std::string spec, bool has_pool) {
+        cands.push_back({name, [&streams, spec, has_pool] {
+            rankmem_resource_t *mr;
+            CK_RM(rankmem_resource_from_spec(spec.c_str(), &mr));
+            return std::unique_ptr<Allocator>(new RankmemAllocator(mr, has_pool, streams));
+        }});
+    };
+    std::string pool_spec = "pool(initial=" + std::to_string(pool_bytes >> 20) + "MiB)>cuda";
+    from_spec("rankmem arena > cuda", "arena>cuda", false);
+    from_spec("rankmem binning > pool > cuda", "binning(min=2^8,max=2^22)>" + pool_spec, true);
+    from_spec("rankmem caching, CUB defaults > cuda", "caching>cuda", false);
+    from_spec("rankmem caching (2^8..2^22, no cap) > cuda",
+              "caching(growth=2,min=8,max=22,cap=2^60)>cuda", false);
     /* Not a pool: rankmem's dispatch over cudaMallocAsync, i.e. what the
      * library adds on top of the row below it. */
     cands.push_back({"rankmem async (default pool)", [&] {
