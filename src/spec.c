@@ -259,6 +259,21 @@ static rankmem_status_t build_caching(const spec_node_t *n, rankmem_resource_t *
     return rankmem_caching_create(up, &prm, mr_p);
 }
 
+static rankmem_status_t build_arena(const spec_node_t *n, rankmem_resource_t *up,
+                                    rankmem_resource_t **mr_p)
+{
+    rankmem_arena_params_t prm;
+    rankmem_arena_params_default(&prm);
+    const spec_val_t *v;
+    if ((v = val(n, "size"))->set)
+        prm.arena_size = v->size;
+    if ((v = val(n, "superblock"))->set)
+        prm.superblock_size = v->size;
+    if ((v = val(n, "dump"))->set)
+        prm.dump_on_failure = v->num;
+    return rankmem_arena_create(up, &prm, mr_p);
+}
+
 static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_binning(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n);
@@ -309,6 +324,11 @@ static const spec_kind_t kinds[] = {
       {"max", V_SIZE, 0, "7", NULL},
       {"cap", V_SIZE, 0, "6291455 (CUB's 6 MiB - 1)", NULL}},
      check_caching, build_caching},
+    {"arena", WRAPPER, 0, NULL,
+     {{"size", V_SIZE, 0, "half of the free device memory", NULL},
+      {"superblock", V_SIZE, 0, "4MiB", NULL},
+      {"dump", V_BOOL, 0, "0", NULL}},
+     NULL, build_arena},
 };
 
 #define NKINDS (sizeof kinds / sizeof kinds[0])

@@ -40,6 +40,8 @@ static const struct {
     {"binning(min=2^10,max=2^20)>system", "binning(min=2^10,max=2^20)>system"},
     {"stats>binning>pool>system", "stats>binning(min=2^8,max=2^22)>pool>system"},
     {"caching>system", "caching>system"},
+    {"arena(size=64MiB)>system", "arena(size=64MiB)>system"},
+    {"arena(size=64MiB,superblock=1MiB)>pool>system", "arena(size=64MiB,superblock=1MiB)>pool>system"},
     {"caching(growth=2,min=8,max=22,cap=1GiB)>system", "caching(growth=2,min=8,max=22,cap=1GiB)>system"},
     {"aligned(alignment=4096)>system", "aligned(alignment=4096,threshold=0)>system"},
     {"aligned(alignment=4KiB,threshold=1MiB)>pool>system",

@@ -69,6 +69,10 @@ RANKMEM_API rankmem_status_t rankmem_arena_create(rankmem_resource_t *upstream,
                                                   rankmem_resource_t **mr_p);
 /* The arena's state (global arena, each arena's superblocks and free blocks). */
 RANKMEM_API rankmem_status_t rankmem_arena_dump(rankmem_resource_t *mr, FILE *out);
+/* Before destroying a stream the arenas in mr's chain have seen: waits for
+ * the stream, then no arena waits for it again. */
+RANKMEM_API rankmem_status_t rankmem_arena_forget_stream(rankmem_resource_t *mr,
+                                                         rankmem_stream_t stream);
 
 #ifdef __cplusplus
 }
