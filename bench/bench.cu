@@ -167,9 +167,9 @@ public:
         /* The pool keeps per-stream free lists; the API asks us to hand each
          * stream back before it is destroyed (they outlive this object, but a
          * well-behaved user does this before releasing the pool too). */
-        if (is_pool_)
-            for (cudaStream_t s : streams_)
-                CK_RM(rankmem_pool_forget_stream(mr_, s));
+        (void)is_pool_;
+        for (cudaStream_t s : streams_)
+            CK_RM(rankmem_resource_forget_stream(mr_, s));
         /* RANKMEM_ERR_BUSY here would mean the benchmark leaked: fail loudly. */
         CK_RM(rankmem_resource_release(mr_));
     }

@@ -1748,6 +1748,11 @@ static int arena_describe(const rankmem_resource_t *mr, char *buf, size_t len)
     return o ? snprintf(buf, len, "arena(%s)", opts + 1) : snprintf(buf, len, "arena");
 }
 
+static rankmem_status_t arena_forget_op(rankmem_resource_t *mr, rankmem_stream_t stream)
+{
+    return forget_stream((ar_t *)mr, stream);
+}
+
 static const rankmem_resource_ops_t arena_ops = {
     .size = sizeof(rankmem_resource_ops_t),
     .name = "arena",
@@ -1757,6 +1762,7 @@ static const rankmem_resource_ops_t arena_ops = {
     .trim = arena_trim,
     .finalize = arena_finalize,
     .describe = arena_describe,
+    .forget_stream = arena_forget_op,
 };
 
 /* ---- creation ---- */

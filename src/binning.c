@@ -484,6 +484,7 @@ static const rankmem_resource_ops_t binning_ops = {
     .trim = binning_trim,
     .finalize = binning_finalize,
     .describe = binning_describe,
+    .forget_stream = rk_binning_forget_stream,
 };
 
 /* ---- construction ---- */

@@ -948,6 +948,7 @@ static const rankmem_resource_ops_t fixed_ops = {
     .trim = fixed_trim,
     .finalize = fixed_finalize,
     .describe = fixed_describe,
+    .forget_stream = rk_fixed_forget_stream,
 };
 
 int rk_fixed_is(const rankmem_resource_t *mr) { return mr && mr->ops == &fixed_ops; }

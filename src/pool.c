@@ -1037,6 +1037,11 @@ static int pool_describe(const rankmem_resource_t *mr, char *buf, size_t len)
     return o ? snprintf(buf, len, "pool(%s)", opts + 1) : snprintf(buf, len, "pool");
 }
 
+static rankmem_status_t pool_forget_op(rankmem_resource_t *mr, rankmem_stream_t stream)
+{
+    return stream ? forget_stream((pool_t *)mr, stream) : RANKMEM_SUCCESS;
+}
+
 static const rankmem_resource_ops_t pool_ops = {
     .size = sizeof(rankmem_resource_ops_t),
     .name = "pool",
@@ -1046,6 +1051,7 @@ static const rankmem_resource_ops_t pool_ops = {
     .trim = pool_trim,
     .finalize = pool_finalize,
     .describe = pool_describe,
+    .forget_stream = pool_forget_op,
 };
 
 rankmem_status_t rankmem_pool_params_default(rankmem_pool_params_t *params_p)

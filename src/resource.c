@@ -166,6 +166,19 @@ rankmem_status_t rankmem_resource_query(rankmem_resource_t *mr, rankmem_query_t 
     return mr->ops->query(mr, what, value_p);
 }
 
+rankmem_status_t rankmem_resource_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream)
+{
+    if (!mr)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_resource_forget_stream: NULL resource");
+    for (; mr; mr = mr->upstream)
+        if (HAS_OP(mr, forget_stream)) {
+            rankmem_status_t st = mr->ops->forget_stream(mr, stream);
+            if (st != RANKMEM_SUCCESS)
+                return st;
+        }
+    return RANKMEM_SUCCESS;
+}
+
 rankmem_status_t rankmem_resource_trim(rankmem_resource_t *mr, size_t keep_bytes)
 {
     if (!mr)

@@ -222,6 +222,22 @@ int main(void)
     test_callback();
     test_user_resource_and_lifetime();
     test_registry();
+
+    /* Forgetting a stream walks the chain; resources without per-stream state ignore it. */
+    rankmem_resource_t *chain = NULL;
+    void *p = NULL;
+    rankmem_stream_t s1 = (rankmem_stream_t)(uintptr_t)0x4000;
+    is_status(rankmem_resource_from_spec("stats>pool>system", &chain), RANKMEM_SUCCESS, "a chain with a pool");
+    rankmem_allocate_async(chain, 1000, 0, s1, &p);
+    rankmem_deallocate_async(chain, p, 1000, 0, s1);
+    is_status(rankmem_resource_forget_stream(chain, s1), RANKMEM_SUCCESS, "forget_stream on the chain");
+    void *q = NULL;
+    rankmem_allocate(chain, 1000, 0, &q);
+    ok(q == p, "the forgotten stream's block went to the default stream");
+    rankmem_deallocate(chain, q, 1000, 0);
+    is_status(rankmem_resource_forget_stream(sys, s1), RANKMEM_SUCCESS, "forget_stream on system: nothing to do");
+    is_status(rankmem_resource_forget_stream(NULL, s1), RANKMEM_ERR_INVALID_ARGUMENT, "forget_stream: NULL");
+    rankmem_resource_release(chain);
     is_status(rankmem_resource_release(sys), RANKMEM_SUCCESS, "release system");
     return tap_done();
 }

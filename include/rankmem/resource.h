@@ -70,6 +70,9 @@ typedef struct rankmem_resource_ops {
      * written as by snprintf (returns the length it needs, or -1). Without
      * it the resource is described by its name. */
     int (*describe)(const rankmem_resource_t *mr, char *buf, size_t len);
+    /* Optional: the stream is about to be destroyed: wait for its work and
+     * stop keeping memory ordered on it. */
+    rankmem_status_t (*forget_stream)(rankmem_resource_t *mr, rankmem_stream_t stream);
 } rankmem_resource_ops_t;
 
 /* The common header. Embed it first in your own resource, fill an ops table,
@@ -112,6 +115,13 @@ RANKMEM_API rankmem_status_t rankmem_allocate(rankmem_resource_t *mr, size_t byt
                                               size_t alignment, void **ptr_p);
 RANKMEM_API rankmem_status_t rankmem_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
                                                 size_t alignment);
+
+/* Call before destroying a stream that a chain has seen: every resource of
+ * the chain that keeps memory per stream (pool, arena, fixed, binning)
+ * waits for the stream's work and moves what it kept for it to the default
+ * stream. A no-op for resources that keep nothing per stream. */
+RANKMEM_API rankmem_status_t rankmem_resource_forget_stream(rankmem_resource_t *mr,
+                                                            rankmem_stream_t stream);
 
 RANKMEM_API rankmem_status_t rankmem_resource_query(rankmem_resource_t *mr, rankmem_query_t what,
                                                     size_t *value_p);
