@@ -189,7 +189,18 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
             return best;
     }
     unsigned c2 = next_class(l, c + 1);
-    return c2 < NCLASS ? l->heads[c2] : NULL;
+    if (c2 < NCLASS)
+        return l->heads[c2];
+    /* Nothing larger: look at the rest of the class before the caller grows. */
+    if (l->bitmap[c / 64] & (1ull << (c % 64))) {
+        blk_t *b = l->heads[c];
+        for (int n = 0; b && n < BEST_FIT_SCAN; n++)
+            b = b->fnext;
+        for (; b; b = b->fnext)
+            if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
+                best = b;
+    }
+    return best;
 }
 
 /* ---- descriptors ---- */
