@@ -1,0 +1,466 @@
+/* libFuzzer harness for the suballocators (not built by make; docs/replay.md
+ * has the command, and the results of the runs so far).
+ *
+ * The input is a program: byte 0 picks the resource (pool, arena, binning,
+ * caching, fixed; one that this librankmem lacks is skipped), byte 1 its
+ * configuration and how the run ends, and the rest is a sequence of
+ * operations:
+ *
+ *   allocate  size (log scale, 1 B .. 1 MiB), alignment (default, 256, 4 KiB,
+ *             64 KiB), one of 4 stand-in streams
+ *   free      one of the live blocks, on its stream or another
+ *   trim      keep 0 .. 16 MiB
+ *   bad free  a foreign pointer, an interior pointer or a block already freed:
+ *             must be refused with RANKMEM_ERR_INVALID_POINTER
+ *
+ * The resource sits over a counting upstream (host memory from
+ * posix_memalign that counts what is outstanding) and is built with its
+ * constructor. Checked after every step: a block is aligned as asked and
+ * overlaps no live block; a failed allocate leaves its output alone; every
+ * block keeps the pattern written into it until it is freed (checked whole
+ * for blocks up to 16 KiB; for larger ones the first and last 4 KiB and a
+ * stripe every 64 KiB: touching every page made the run slow); a request
+ * too large for a fixed-size resource is refused with
+ * RANKMEM_ERR_INVALID_ARGUMENT. At the end the resource is
+ * released, with its live blocks freed first or (byte 1 says) still live,
+ * which must give RANKMEM_ERR_BUSY; either way the upstream must have
+ * every byte back and the resource must be finalized. A broken check
+ * calls abort(), which libFuzzer reports with the input.
+ *
+ * Build with -DFUZZ_MAIN for a main() without libFuzzer: it runs the files
+ * given, or N random inputs ("fuzz_suballoc -n N [-s SEED]").
+ *
+ * Statistics (operations, by kind) are printed at exit. */
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <rankmem.h>
+#include "counting.h"
+
+/* Suballocators written after this harness: weak, so that it links
+ * against a library without them (they are then skipped). */
+#pragma weak rankmem_fixed_create
+#pragma weak rankmem_binning_create
+#pragma weak rankmem_caching_params_default
+#pragma weak rankmem_caching_create
+#pragma weak rankmem_arena_params_default
+#pragma weak rankmem_arena_create
+
+#define MAX_LIVE 128
+#define FULL_CHECK (16u << 10) /* blocks up to this are checked whole */
+#define EDGE (4u << 10)        /* larger ones: both ends, and a stripe ... */
+#define STRIPE 64u
+#define STRIDE (64u << 10) /* ... every 64 KiB (few pages touched: fast) */
+
+enum { R_POOL, R_ARENA, R_BINNING, R_CACHING, R_FIXED, NRES };
+static const char *const res_names[NRES] = {"pool", "arena", "binning", "caching", "fixed"};
+
+static struct {
+    unsigned long long inputs[NRES], skipped, ops, allocs, alloc_ok, frees, trims, bad_frees;
+    unsigned long long too_large, busy_releases;
+} stats;
+
+#define CHECK(cond, ...)                                                                     \
+    do {                                                                                     \
+        if (!(cond)) {                                                                       \
+            fprintf(stderr, "fuzz_suballoc: %s: check failed: %s: ", cur_name, #cond);       \
+            fprintf(stderr, __VA_ARGS__);                                                    \
+            fprintf(stderr, " (last error: %s)\n", rankmem_last_error());                    \
+            abort();                                                                         \
+        }                                                                                    \
+    } while (0)
+
+static const char *cur_name = "?";
+
+typedef struct {
+    unsigned char *p;
+    size_t n;
+    uint64_t tag;
+    rankmem_stream_t stream;
+} blk_t;
+
+static unsigned char foreign[1 << 16] __attribute__((aligned(4096)));
+
+static uint64_t mix(uint64_t x)
+{
+    x ^= x >> 31;
+    x *= 0x9e3779b97f4a7c15ull;
+    x ^= x >> 29;
+    return x;
+}
+
+static unsigned char pat(uint64_t tag, size_t i)
+{
+    return (unsigned char)(tag >> (8 * (i & 7))) ^ (unsigned char)(i >> 3);
+}
+
+static void fill_range(const blk_t *b, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        b->p[i] = pat(b->tag, i);
+}
+
+static int check_range(const blk_t *b, size_t from, size_t to)
+{
+    for (size_t i = from; i < to; i++)
+        if (b->p[i] != pat(b->tag, i))
+            return 0;
+    return 1;
+}
+
+/* The parts of a block that carry the pattern. */
+#define FOR_PATTERN(b, FN, ok)                                                               \
+    do {                                                                                     \
+        if ((b)->n <= FULL_CHECK) {                                                          \
+            ok &= FN((b), 0, (b)->n);                                                        \
+        } else {                                                                             \
+            ok &= FN((b), 0, EDGE);                                                          \
+            for (size_t o_ = STRIDE; o_ + STRIPE < (b)->n - EDGE; o_ += STRIDE)                  \
+                ok &= FN((b), o_, o_ + STRIPE);                                              \
+            ok &= FN((b), (b)->n - EDGE, (b)->n);                                            \
+        }                                                                                    \
+    } while (0)
+
+static int fill_ok(const blk_t *b, size_t from, size_t to)
+{
+    fill_range(b, from, to);
+    return 1;
+}
+
+static void fill(const blk_t *b)
+{
+    int ok = 1;
+    FOR_PATTERN(b, fill_ok, ok);
+    (void)ok;
+}
+
+static int intact(const blk_t *b)
+{
+    int ok = 1;
+    FOR_PATTERN(b, check_range, ok);
+    return ok;
+}
+
+/* Reader of the input: zeros once it runs out. */
+typedef struct {
+    const uint8_t *d;
+    size_t n, i;
+} rd_t;
+
+static unsigned next(rd_t *r)
+{
+    return r->i < r->n ? r->d[r->i++] : 0;
+}
+
+static rankmem_status_t build(int which, unsigned cfg, rankmem_resource_t *up,
+                              rankmem_resource_t **mr_p, size_t *limit_p)
+{
+    *limit_p = 0; /* no size limit */
+    switch (which) {
+    case R_POOL: {
+        rankmem_pool_params_t p;
+        rankmem_pool_params_default(&p);
+        p.initial_size = (cfg & 1) ? (size_t)4 << 20 : 0;
+        p.growth_size = (cfg & 2) ? (size_t)1 << 20 : 0;
+        p.maximum_size = (cfg & 4) ? (size_t)64 << 20 : SIZE_MAX;
+        return rankmem_pool_create(up, &p, mr_p);
+    }
+    case R_ARENA: {
+        if (!rankmem_arena_create || !rankmem_arena_params_default)
+            return RANKMEM_ERR_NOT_SUPPORTED;
+        rankmem_arena_params_t p;
+        rankmem_arena_params_default(&p);
+        p.arena_size = (size_t)(16 << (cfg & 3)) << 20; /* 16 .. 128 MiB */
+        p.superblock_size = (cfg & 4) ? (size_t)1 << 20 : 0;
+        return rankmem_arena_create(up, &p, mr_p);
+    }
+    case R_BINNING: {
+        if (!rankmem_binning_create)
+            return RANKMEM_ERR_NOT_SUPPORTED;
+        int lo = 8 + (int)(cfg & 3), hi = lo + 4 + (int)((cfg >> 2) & 7);
+        return rankmem_binning_create(up, lo, hi, mr_p);
+    }
+    case R_CACHING: {
+        if (!rankmem_caching_create || !rankmem_caching_params_default)
+            return RANKMEM_ERR_NOT_SUPPORTED;
+        rankmem_caching_params_t p;
+        rankmem_caching_params_default(&p);
+        if (cfg & 1) {
+            p.growth = 2;
+            p.min_bin = 8;
+            p.max_bin = 20;
+        }
+        p.max_cached_bytes = (cfg & 2) ? SIZE_MAX : (size_t)(1 + (cfg >> 2 & 7)) << 20;
+        return rankmem_caching_create(up, &p, mr_p);
+    }
+    case R_FIXED: {
+        if (!rankmem_fixed_create)
+            return RANKMEM_ERR_NOT_SUPPORTED;
+        size_t block = (size_t)256 << (cfg & 7); /* 256 B .. 32 KiB */
+        *limit_p = block;
+        return rankmem_fixed_create(up, block, (cfg >> 3) & 3 ? (cfg >> 3 & 3) * 8u : 0, mr_p);
+    }
+    }
+    return RANKMEM_ERR_NOT_SUPPORTED;
+}
+
+static int overlaps(const blk_t *live, int nlive, const unsigned char *p, size_t n)
+{
+    for (int i = 0; i < nlive; i++)
+        if (p < live[i].p + live[i].n && live[i].p < p + n)
+            return 1;
+    return 0;
+}
+
+static rankmem_resource_ops_t checked_ops;
+static rankmem_status_t checked_finalize(rankmem_resource_t *mr);
+
+/* counting_new() with a finalize that checks the counts. */
+static counting_t *checked_new(int *finalized)
+{
+    counting_t *c = calloc(1, sizeof *c);
+    if (!c || rankmem_resource_init(&c->base, &checked_ops, RANKMEM_PROP_HOST_ACCESSIBLE, NULL)) {
+        free(c);
+        return NULL;
+    }
+    c->finalized = finalized;
+    *finalized = 0;
+    return c;
+}
+
+static void print_stats(void);
+
+static void run(const uint8_t *data, size_t size)
+{
+    static unsigned long long reported;
+    if (stats.ops - reported >= 1000000) { /* progress, in case the run is cut short */
+        reported = stats.ops;
+        print_stats();
+    }
+    if (size < 2)
+        return;
+    rd_t in = {data, size, 0};
+    int which = (int)(next(&in) % NRES);
+    unsigned cfg = next(&in);
+    cur_name = res_names[which];
+
+    int finalized = 0;
+    counting_t *up = checked_new(&finalized);
+    CHECK(up != NULL, "counting upstream");
+    rankmem_resource_t *mr;
+    size_t limit;
+    rankmem_status_t st = build(which, cfg, &up->base, &mr, &limit);
+    if (st != RANKMEM_SUCCESS) {
+        /* Missing from this library (weak symbol), or a configuration it refuses. */
+        CHECK(st != RANKMEM_ERR_INTERNAL, "build");
+        stats.skipped++;
+        rankmem_resource_release(&up->base);
+        CHECK(finalized, "upstream finalized after a failed build");
+        return;
+    }
+    rankmem_resource_release(&up->base); /* mr holds it; up stays readable until finalized */
+    stats.inputs[which]++;
+
+    static const rankmem_stream_t streams[4] = {
+        NULL, (rankmem_stream_t)(uintptr_t)0x100, (rankmem_stream_t)(uintptr_t)0x200,
+        (rankmem_stream_t)(uintptr_t)0x300};
+    blk_t live[MAX_LIVE];
+    int nlive = 0;
+    unsigned char *stale[8] = {0}; /* recently freed */
+    uint64_t tag = mix(size * 0x100000001b3ull + data[0]);
+
+    while (in.i < in.n) {
+        unsigned b = next(&in);
+        unsigned op = b & 7;
+        stats.ops++;
+        if (op <= 3 && nlive < MAX_LIVE) {
+            unsigned e = next(&in) % 21, x = next(&in) | next(&in) << 8;
+            size_t n = ((size_t)1 << e) | ((size_t)x * 0x9e37u & (((size_t)1 << e) - 1));
+            static const size_t aligns[4] = {0, 256, 4096, 65536};
+            size_t align = aligns[(b >> 3) & 3];
+            rankmem_stream_t s = streams[(b >> 5) & 3];
+            void *p = (void *)foreign; /* must stay as is on failure */
+            stats.allocs++;
+            st = rankmem_allocate_async(mr, n, align, s, &p);
+            if (limit && n > limit) {
+                CHECK(st == RANKMEM_ERR_INVALID_ARGUMENT,
+                      "allocate of %zu from a fixed resource of %zu-byte blocks: %s", n, limit,
+                      rankmem_status_string(st));
+                stats.too_large++;
+            }
+            if (st != RANKMEM_SUCCESS) {
+                CHECK(p == (void *)foreign, "output written by a failed allocate");
+                CHECK(st != RANKMEM_ERR_INTERNAL, "allocate of %zu", n);
+                continue;
+            }
+            stats.alloc_ok++;
+            size_t want = align ? align : RANKMEM_DEFAULT_ALIGNMENT;
+            CHECK(p != NULL && ((uintptr_t)p & (want - 1)) == 0,
+                  "allocate of %zu, alignment %zu: %p", n, want, p);
+            CHECK(!overlaps(live, nlive, p, n), "block %p (%zu bytes) overlaps a live block", p,
+                  n);
+            blk_t nb = {p, n, tag = mix(tag + 1), s};
+            fill(&nb);
+            live[nlive++] = nb;
+        } else if (op <= 5 && nlive > 0) {
+            int k = (int)(next(&in) % (unsigned)nlive);
+            blk_t blk = live[k];
+            CHECK(intact(&blk), "block %p (%zu bytes) changed while live", (void *)blk.p, blk.n);
+            rankmem_stream_t s = (b & 8) ? streams[(b >> 4) & 3] : blk.stream;
+            st = rankmem_deallocate_async(mr, blk.p, blk.n, 0, s);
+            CHECK(st == RANKMEM_SUCCESS, "free of %p (%zu bytes): %s", (void *)blk.p, blk.n,
+                  rankmem_status_string(st));
+            live[k] = live[--nlive];
+            memmove(stale + 1, stale, sizeof stale - sizeof *stale);
+            stale[0] = blk.p;
+            stats.frees++;
+        } else if (op == 6) {
+            size_t keep = (size_t)next(&in) << 16;
+            st = rankmem_resource_trim(mr, keep);
+            CHECK(st == RANKMEM_SUCCESS || st == RANKMEM_ERR_NOT_SUPPORTED, "trim(%zu): %s", keep,
+                  rankmem_status_string(st));
+            stats.trims++;
+        } else if (op == 7) {
+            /* Bad frees: refused, and nothing changes. */
+            unsigned kind = (b >> 3) % 3;
+            unsigned char *p = NULL;
+            size_t n = 256;
+            if (kind == 0) {
+                p = foreign + 256 * (next(&in) % 64);
+            } else if (kind == 1 && nlive > 0) {
+                blk_t *l = &live[next(&in) % (unsigned)nlive];
+                if (l->n > 256)
+                    p = l->p + 256, n = l->n - 256;
+            } else if (kind == 2) {
+                p = stale[next(&in) % 8];
+                if (p && overlaps(live, nlive, p, 1))
+                    p = NULL; /* reused since: not stale */
+            }
+            if (!p)
+                continue;
+            st = rankmem_deallocate_async(mr, p, n, 0, streams[(b >> 5) & 3]);
+            CHECK(st == RANKMEM_ERR_INVALID_POINTER, "bad free (%s) of %p: %s",
+                  kind == 0 ? "foreign" : kind == 1 ? "interior" : "stale", (void *)p,
+                  rankmem_status_string(st));
+            stats.bad_frees++;
+        }
+    }
+
+    /* The end: free everything first, or release with blocks live. */
+    int leave_live = (cfg & 0x80) && nlive > 0;
+    for (int i = 0; i < nlive; i++)
+        CHECK(intact(&live[i]), "block %p (%zu bytes) changed while live", (void *)live[i].p,
+              live[i].n);
+    if (!leave_live)
+        for (int i = 0; i < nlive; i++) {
+            st = rankmem_deallocate_async(mr, live[i].p, live[i].n, 0, live[i].stream);
+            CHECK(st == RANKMEM_SUCCESS, "final free of %p: %s", (void *)live[i].p,
+                  rankmem_status_string(st));
+        }
+    st = rankmem_resource_release(mr);
+    if (leave_live) {
+        CHECK(st == RANKMEM_ERR_BUSY, "release with %d blocks live: %s", nlive,
+              rankmem_status_string(st));
+        stats.busy_releases++;
+    } else {
+        CHECK(st == RANKMEM_SUCCESS, "release: %s", rankmem_status_string(st));
+    }
+    CHECK(finalized, "the upstream was not finalized: the resource kept a reference");
+    /* up is gone: its finalize checked that every byte came back. */
+    rankmem_clear_error();
+}
+
+/* counting_finalize frees the struct; check its counts first. */
+static rankmem_status_t checked_finalize(rankmem_resource_t *mr)
+{
+    counting_t *c = (counting_t *)mr;
+    CHECK(c->outstanding_bytes == 0 && c->outstanding_blocks == 0,
+          "upstream still lends %zu bytes in %zu blocks after release", c->outstanding_bytes,
+          c->outstanding_blocks);
+    return counting_finalize(mr);
+}
+
+static void print_stats(void)
+{
+    fprintf(stderr,
+            "fuzz_suballoc: %llu operations: %llu allocate (%llu served, %llu too large for "
+            "fixed), %llu free, %llu trim, %llu bad free refused; %llu releases with live "
+            "blocks; inputs per resource: pool %llu, arena %llu, binning %llu, caching %llu, "
+            "fixed %llu (skipped: %llu)\n",
+            stats.ops, stats.allocs, stats.alloc_ok, stats.too_large, stats.frees, stats.trims,
+            stats.bad_frees, stats.busy_releases, stats.inputs[R_POOL], stats.inputs[R_ARENA],
+            stats.inputs[R_BINNING], stats.inputs[R_CACHING], stats.inputs[R_FIXED],
+            stats.skipped);
+}
+
+int LLVMFuzzerInitialize(int *argc, char ***argv);
+int LLVMFuzzerInitialize(int *argc, char ***argv)
+{
+    (void)argc;
+    (void)argv;
+    /* counting.h's ops, with a finalize that checks the counts. */
+    checked_ops = counting_ops;
+    checked_ops.finalize = checked_finalize;
+    atexit(print_stats);
+    return 0;
+}
+
+/* FUZZ_ONLY=pool (arena, binning, caching, fixed): every input goes to that resource. */
+static int only = -2; /* -2: not read yet; -1: all */
+
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
+int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size)
+{
+    if (only == -2) {
+        const char *o = getenv("FUZZ_ONLY");
+        only = -1;
+        for (int i = 0; o && i < NRES; i++)
+            if (!strcmp(o, res_names[i]))
+                only = i;
+    }
+    if (only >= 0 && size >= 2) {
+        uint8_t *copy = malloc(size);
+        if (!copy)
+            return 0;
+        memcpy(copy, data, size);
+        copy[0] = (uint8_t)only;
+        run(copy, size);
+        free(copy);
+        return 0;
+    }
+    run(data, size);
+    return 0;
+}
+
+#ifdef FUZZ_MAIN
+/* Without libFuzzer: run the files given, or -n N random inputs. */
+int main(int argc, char **argv)
+{
+    LLVMFuzzerInitialize(&argc, &argv);
+    if (argc >= 3 && !strcmp(argv[1], "-n")) {
+        long n = atol(argv[2]);
+        uint64_t s = argc >= 5 && !strcmp(argv[3], "-s") ? (uint64_t)atoll(argv[4]) : 1;
+        uint8_t buf[4096];
+        for (long k = 0; k < n; k++) {
+            size_t len = 2 + (size_t)((s = mix(s + 0x632be59bd9b4e019ull)) % (sizeof buf - 2));
+            for (size_t i = 0; i < len; i++)
+                buf[i] = (uint8_t)((s = mix(s + i)) >> 24);
+            LLVMFuzzerTestOneInput(buf, len);
+        }
+        return 0;
+    }
+    for (int i = 1; i < argc; i++) {
+        FILE *f = fopen(argv[i], "rb");
+        if (!f) {
+            perror(argv[i]);
+            return 1;
+        }
+        static uint8_t buf[1 << 20];
+        size_t len = fread(buf, 1, sizeof buf, f);
+        fclose(f);
+        LLVMFuzzerTestOneInput(buf, len);
+    }
+    return 0;
+}
+#endif
