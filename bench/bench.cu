@@ -957,6 +957,11 @@ int main(int argc, char **argv)
 
     progress("%s, %zu allocators, %d repeats%s", info.device.c_str(), cands.size(), opt.repeats,
              opt.quick ? " (--quick: a smoke test, not a result)" : "");
+    /* The first allocator measured used to pay for the process warming up
+     * (clocks, first touch of the runtime's and the library's state): one
+     * unreported run of it first. */
+    progress("warm-up run of %s (not reported)", cands[0].name.c_str());
+    (void)measure(cands[0], w, opt, streams, default_pool);
     std::vector<Row> rows;
     for (const Candidate &c : cands)
         rows.push_back(measure(c, w, opt, streams, default_pool));

@@ -1670,7 +1670,8 @@ static void free_large_record(const void *key, void *value, void *arg)
 static void sync_all_streams(ar_t *r)
 {
     for (arena_t *a = arena_first(r); a; a = a->next) {
-        (void)rk_gpu_stream_sync(a->stream);
+        if (!a->forgotten) /* a forgotten stream may be destroyed already */
+            (void)rk_gpu_stream_sync(a->stream);
         for (unsigned i = 0; i < a->npstreams; i++)
             (void)rk_gpu_stream_sync(a->pstreams[i]);
     }
