@@ -73,6 +73,9 @@ int main(void)
         "limit(bytes=64MiB)>pool>cuda", "aligned(alignment=64KiB,threshold=1MiB)>pool>cuda",
         "retry>pool>async", "threadsafe>cuda", "stats>tracking>managed", "stats>pinned",
         "prefetch>managed",
+        /* The suballocators over device memory too. */
+        "caching>cuda", "caching(growth=2,min=8,max=22,cap=1GiB)>async", "binning>pool>cuda",
+        "fixed(block=4MiB,batch=2)>cuda", "arena(size=256MiB,superblock=1MiB)>cuda",
     };
     for (size_t i = 0; i < sizeof specs / sizeof *specs; i++) {
         rankmem_resource_t *mr = build(specs[i]);
