@@ -68,7 +68,8 @@ struct blk {
 
 struct slist {
     rankmem_stream_t stream;
-    void *event; /* recorded on stream when another stream takes its memory */
+    void *event;    /* recorded on stream when another stream takes its memory */
+    unsigned takes; /* times this stream took memory from elsewhere: grants grow with it */
     size_t free_bytes, nfree;
     uint64_t bitmap[NWORDS];
     blk_t *heads[NCLASS];
@@ -372,14 +373,20 @@ static void cut_links(blk_t *b)
 }
 
 /* Bytes a stream or shard keeps when it takes memory from another: enough
- * that it does not come back for every request, small next to the pool. */
-static size_t grant_size(pool_t *p, size_t need)
+ * that it does not come back for every request, small next to the pool.
+ * A stream that keeps coming back (a growing working set) gets twice as
+ * much each time, up to a quarter of the pool, so the events it costs stay
+ * logarithmic in what it uses. */
+static size_t grant_size(pool_t *p, size_t need, unsigned takes)
 {
-    size_t g = __atomic_load_n(&p->held, __ATOMIC_RELAXED) / (2 * NSHARDS);
+    size_t held = __atomic_load_n(&p->held, __ATOMIC_RELAXED);
+    size_t g = held / (2 * NSHARDS);
     if (g > MAX_GRANT)
         g = MAX_GRANT;
     if (g < MIN_GROWTH)
         g = MIN_GROWTH;
+    for (unsigned k = 0; k < takes && k < 8 && g < held / 4; k++)
+        g *= 2;
     return g > need ? g : need;
 }
 
@@ -416,7 +423,8 @@ static slist_t *richest_donor(shard_t *sh, slist_t *except, size_t bytes, size_t
 
 /* Cut a region for `stream` out of another shard (sh is not locked). */
 static int take_region(pool_t *p, shard_t *sh, rankmem_stream_t stream, size_t bytes,
-                       size_t alignment, char **ptr_p, size_t *size_p, rankmem_status_t *st_p)
+                       size_t alignment, unsigned takes, char **ptr_p, size_t *size_p,
+                       rankmem_status_t *st_p)
 {
     size_t need = bytes + alignment - UNIT;
     for (int i = 0; i < NSHARDS; i++) {
@@ -435,7 +443,7 @@ static int take_region(pool_t *p, shard_t *sh, rankmem_stream_t stream, size_t b
                     return 0;
                 }
             }
-            size_t g = grant_size(p, need);
+            size_t g = grant_size(p, need, takes);
             list_remove(t, b);
             if (b->size > g && !split_back(d, t, b, g)) {
                 list_insert(t, b); /* no descriptor for the rest: leave it be */
@@ -645,8 +653,9 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
     char *ptr;
     size_t size;
     rankmem_status_t st = RANKMEM_SUCCESS;
+    unsigned takes = s ? s->takes : 0;
     pthread_mutex_unlock(&sh->lock);
-    int got = take_region(p, sh, stream, bytes, alignment, &ptr, &size, &st);
+    int got = take_region(p, sh, stream, bytes, alignment, takes, &ptr, &size, &st);
     pthread_mutex_lock(&sh->lock);
     if (st != RANKMEM_SUCCESS)
         return st;
@@ -660,6 +669,7 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
             if (!add_region(sh, s, ptr, size))
                 return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for descriptors");
             got = 0;
+            s->takes++;
         }
         if ((b = list_find(s, bytes, alignment)) != NULL)
             break;
@@ -733,7 +743,7 @@ static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size
     if (from != s) {
         /* Taken from another stream after waiting for it: s keeps a grant of
          * the block; the rest stays with the donor. */
-        size_t g = grant_size(p, rounded + alignment - UNIT);
+        size_t g = grant_size(p, rounded + alignment - UNIT, s->takes++);
         if (b->size > g && !split_back(sh, from, b, g)) {
             free_into(sh, from, b);
             st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
