@@ -31,6 +31,7 @@
  * instead of handing a bin's block (or anything else) to the upstream. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "fixed.h"
 #include "config_internal.h"
 #include "ptrmap.h"
 
@@ -44,17 +45,7 @@
 #define MIN_EXP 8
 #define MAX_EXP 40
 
-/* Defined in fixed.c. */
-RK_HIDDEN rankmem_status_t rk_fixed_new(rankmem_resource_t *upstream, size_t block_size,
-                                        size_t blocks_per_batch, int prealloc, const char *who,
-                                        rankmem_resource_t **mr_p);
-RK_HIDDEN int rk_fixed_is(const rankmem_resource_t *mr);
-RK_HIDDEN size_t rk_fixed_max_align(const rankmem_resource_t *mr);
-RK_HIDDEN size_t rk_fixed_block_size(const rankmem_resource_t *mr);
-RK_HIDDEN int rk_fixed_owns(rankmem_resource_t *mr, const void *ptr);
-RK_HIDDEN rankmem_status_t rk_fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
-RK_HIDDEN rankmem_status_t rk_binning_forget_stream(rankmem_resource_t *mr,
-                                                    rankmem_stream_t stream);
+static rankmem_status_t binning_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
 
 typedef struct {
     size_t size;  /* serves requests up to this many bytes */
@@ -377,8 +368,9 @@ static rankmem_status_t binning_trim(rankmem_resource_t *mr, size_t keep_bytes)
     return a.st;
 }
 
-/* Every fixed (or binning) bin forgets the stream. */
-rankmem_status_t rk_binning_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream)
+/* Every bin forgets the stream, whatever resource it is: a bin's chain is
+ * walked as any chain (forgetting a shared upstream twice is harmless). */
+static rankmem_status_t binning_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream)
 {
     binning_t *b = (binning_t *)mr;
     struct {
@@ -388,12 +380,7 @@ rankmem_status_t rk_binning_forget_stream(rankmem_resource_t *mr, rankmem_stream
     pthread_mutex_lock(&b->cfg_lock);
     const bintab_t *t = b->tab;
     for (size_t i = 0; i < t->n; i++) {
-        rankmem_resource_t *bin = t->bins[i].mr;
-        rankmem_status_t s = RANKMEM_SUCCESS;
-        if (rk_fixed_is(bin))
-            s = rk_fixed_forget_stream(bin, a.stream);
-        else if (bin->ops == &binning_ops)
-            s = rk_binning_forget_stream(bin, a.stream);
+        rankmem_status_t s = rankmem_resource_forget_stream(t->bins[i].mr, a.stream);
         if (s != RANKMEM_SUCCESS && a.st == RANKMEM_SUCCESS)
             a.st = s;
     }
@@ -484,7 +471,7 @@ static const rankmem_resource_ops_t binning_ops = {
     .trim = binning_trim,
     .finalize = binning_finalize,
     .describe = binning_describe,
-    .forget_stream = rk_binning_forget_stream,
+    .forget_stream = binning_forget_stream,
 };
 
 /* ---- construction ---- */

@@ -47,6 +47,7 @@
  * Larger alignments are RANKMEM_ERR_NOT_SUPPORTED. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "fixed.h"
 #include "config_internal.h"
 
 #include <limits.h>
@@ -65,15 +66,7 @@
 
 enum { FREE = 0, LIVE = 1, GONE = 2 };
 
-/* Internal entry points shared with binning.c (hidden; declared there too). */
-RK_HIDDEN rankmem_status_t rk_fixed_new(rankmem_resource_t *upstream, size_t block_size,
-                                        size_t blocks_per_batch, int prealloc, const char *who,
-                                        rankmem_resource_t **mr_p);
-RK_HIDDEN int rk_fixed_is(const rankmem_resource_t *mr);
-RK_HIDDEN size_t rk_fixed_max_align(const rankmem_resource_t *mr);
-RK_HIDDEN size_t rk_fixed_block_size(const rankmem_resource_t *mr);
-RK_HIDDEN int rk_fixed_owns(rankmem_resource_t *mr, const void *ptr);
-RK_HIDDEN rankmem_status_t rk_fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
+static rankmem_status_t fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
 
 /* ---- a small spinlock: taken by one thread almost always ---- */
 
@@ -834,7 +827,7 @@ static rankmem_status_t fixed_trim(rankmem_resource_t *mr, size_t keep_bytes)
 
 /* Before a stream is destroyed (its handle may come back for a new stream):
  * wait for it and hand its free blocks to the default stream. */
-rankmem_status_t rk_fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream)
+static rankmem_status_t fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream)
 {
     fixed_t *f = (fixed_t *)mr;
     if (!stream) /* the default stream is never destroyed */
@@ -948,7 +941,7 @@ static const rankmem_resource_ops_t fixed_ops = {
     .trim = fixed_trim,
     .finalize = fixed_finalize,
     .describe = fixed_describe,
-    .forget_stream = rk_fixed_forget_stream,
+    .forget_stream = fixed_forget_stream,
 };
 
 int rk_fixed_is(const rankmem_resource_t *mr) { return mr && mr->ops == &fixed_ops; }

@@ -11,8 +11,6 @@
 #include "tap.h"
 #include "counting.h"
 
-/* Hidden in the library; this test links it statically. */
-rankmem_status_t rk_binning_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
 
 #define S1 ((rankmem_stream_t)(uintptr_t)0x1000)
 #define S2 ((rankmem_stream_t)(uintptr_t)0x2000)
@@ -232,7 +230,7 @@ static void test_routing(void)
     /* Forgetting a stream reaches the bins. */
     rankmem_allocate_async(mr, 5000, 0, S1, &a);
     rankmem_deallocate_async(mr, a, 5000, 0, S1);
-    is_status(rk_binning_forget_stream(mr, S1), RANKMEM_SUCCESS, "forget a stream");
+    is_status(rankmem_resource_forget_stream(mr, S1), RANKMEM_SUCCESS, "forget a stream");
     rankmem_allocate_async(mr, 5000, 0, NULL, &b);
     ok(a == b, "the bin's block went to the default stream");
     rankmem_deallocate(mr, b, 5000, 0);

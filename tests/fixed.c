@@ -10,8 +10,6 @@
 #include "tap.h"
 #include "counting.h"
 
-/* Hidden in the library; this test links it statically. */
-rankmem_status_t rk_fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
 
 #define S1 ((rankmem_stream_t)(uintptr_t)0x1000)
 #define S2 ((rankmem_stream_t)(uintptr_t)0x2000)
@@ -302,7 +300,7 @@ static void test_streams(void)
     size_t nfree = q(mr, RANKMEM_QUERY_FREE_BLOCKS);
     /* Forgetting a stream: its blocks go to the default stream. */
     rankmem_deallocate_async(mr, e, 512, 0, S3);
-    is_status(rk_fixed_forget_stream(mr, S3), RANKMEM_SUCCESS, "forget a stream");
+    is_status(rankmem_resource_forget_stream(mr, S3), RANKMEM_SUCCESS, "forget a stream");
     void *f;
     rankmem_allocate_async(mr, 512, 0, NULL, &f);
     ok(f == e, "its free block went to the default stream");
