@@ -56,6 +56,7 @@
 #include "config_internal.h"
 #include "ptrmap.h"
 #include "tslot.h"
+#include "bias.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -65,12 +66,6 @@
 #include <string.h>
 #include <unistd.h>
 
-#ifdef __linux__
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#else
-#include <sched.h>
-#endif
 
 #if HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -90,61 +85,10 @@
 typedef struct arena arena_t;
 
 /* ---- the arenas' lock ----
- * An uncontended take and give-back is one atomic instruction each, inline
- * (pthread_mutex costs about three times as much there). Waiters spin a
- * little, then sleep on a futex: glibc's low-level lock. 0 free, 1 taken,
- * 2 taken and maybe waited for. */
-typedef struct {
-    int v;
-} alock_t;
-
-static inline void cpu_relax(void)
-{
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#elif defined(__aarch64__)
-    __asm__ __volatile__("yield" ::: "memory");
-#else
-    __asm__ __volatile__("" ::: "memory");
-#endif
-}
-
-static __attribute__((noinline)) void alock_slow(alock_t *l)
-{
-    for (int i = 0; i < 100; i++) {
-        cpu_relax();
-        int z = 0;
-        if (__atomic_load_n(&l->v, __ATOMIC_RELAXED) == 0 &&
-            __atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-            return;
-    }
-    while (__atomic_exchange_n(&l->v, 2, __ATOMIC_ACQUIRE) != 0) {
-#ifdef __linux__
-        syscall(SYS_futex, &l->v, FUTEX_WAIT_PRIVATE, 2, NULL, NULL, 0);
-#else
-        sched_yield();
-#endif
-    }
-}
-
-static inline void alock_lock(alock_t *l)
-{
-    int z = 0;
-    if (RK_LIKELY(__atomic_compare_exchange_n(&l->v, &z, 1, 0, __ATOMIC_ACQUIRE,
-                                              __ATOMIC_RELAXED)))
-        return;
-    alock_slow(l);
-}
-
-static inline void alock_unlock(alock_t *l)
-{
-    if (RK_UNLIKELY(__atomic_exchange_n(&l->v, 0, __ATOMIC_RELEASE) == 2)) {
-#ifdef __linux__
-        syscall(SYS_futex, &l->v, FUTEX_WAKE_PRIVATE, 1, NULL, NULL, 0);
-#endif
-    }
-}
-
+ * A lock biased to the thread that made the arena (bias.h): while that
+ * thread is the only one to come, it enters and leaves with plain loads and
+ * stores; other threads (a free from elsewhere, a defragmentation, a query)
+ * take the bias away and use the real lock. */
 /* One per slot, a cache line each: arenas on different threads write their
  * own superblocks' fields without sharing lines. */
 typedef struct sb {
@@ -177,7 +121,7 @@ typedef struct {
 } pending_t;
 
 struct arena {
-    alock_t lock;
+    rk_block_t lock;
     rankmem_stream_t stream;
     int per_thread;   /* a thread's arena on the default stream */
     int forgotten;    /* its stream was forgotten (until it is used again) */
@@ -923,9 +867,9 @@ static rankmem_status_t defragment(ar_t *r, size_t keep)
     rankmem_status_t result = RANKMEM_SUCCESS;
     pthread_mutex_lock(&r->dlock);
     for (arena_t *a = arena_first(r); a; a = a->next) {
-        alock_lock(&a->lock);
+        int am = rk_block_lock(&a->lock);
         rankmem_status_t st = give_back(r, a, keep);
-        alock_unlock(&a->lock);
+        rk_block_unlock(&a->lock, am);
         if (st != RANKMEM_SUCCESS && result == RANKMEM_SUCCESS)
             result = st;
     }
@@ -952,6 +896,7 @@ static arena_t *arena_new(ar_t *r, rankmem_stream_t stream, int per_thread)
     if (posix_memalign((void **)&a, 64, sizeof *a) != 0)
         return NULL;
     memset(a, 0, sizeof *a);
+    rk_block_init(&a->lock, 1); /* biased to the thread that made it */
     /* Its own cache lines: arenas of other threads never share one with it. */
     size_t bytes = rk_align_up((r->nbuckets * (r->nwords + r->nsum) + r->nwords) * 8, 64);
     if (posix_memalign((void **)&a->bucket, 64, bytes) == 0)
@@ -1140,7 +1085,7 @@ static void arena_dump_state(ar_t *r, FILE *out)
     rk_ptrmap_each(&r->large, dump_large, out);
     pthread_mutex_unlock(&r->glock);
     for (arena_t *a = arena_first(r); a; a = a->next) {
-        alock_lock(&a->lock);
+        int am = rk_block_lock(&a->lock);
         if (a->per_thread)
             fprintf(out, "  arena %u (a thread's, default stream):", a->id);
         else
@@ -1160,7 +1105,7 @@ static void arena_dump_state(ar_t *r, FILE *out)
                         (void *)(r->mem + slot * r->sb_bytes), (size_t)sb->nfree << UNIT_SHIFT,
                         r->sb_bytes, sruns, slongest << UNIT_SHIFT);
             }
-        alock_unlock(&a->lock);
+        rk_block_unlock(&a->lock, am);
     }
     fflush(out);
 }
@@ -1257,9 +1202,9 @@ static rankmem_status_t allocate_large(ar_t *r, arena_t *a, size_t bytes, size_t
             return st;
         }
     }
-    alock_lock(&a->lock);
+    int am = rk_block_lock(&a->lock);
     used_add(r, a, bytes);
-    alock_unlock(&a->lock);
+    rk_block_unlock(&a->lock, am);
     return RANKMEM_SUCCESS;
 }
 
@@ -1350,7 +1295,7 @@ static rankmem_status_t arena_allocate(rankmem_resource_t *mr, size_t bytes, siz
     size_t slot = 0, u = 0;
     int exhausted = 0;
     rankmem_status_t st = RANKMEM_SUCCESS;
-    alock_lock(&a->lock);
+    int am = rk_block_lock(&a->lock);
     a->forgotten = 0; /* a stream used again is alive */
     if (RK_UNLIKELY(!arena_find(r, a, n, au, rem, &slot, &u))) {
         for (int attempt = 0;; attempt++) {
@@ -1370,9 +1315,9 @@ static rankmem_status_t arena_allocate(rankmem_resource_t *mr, size_t bytes, siz
             if (!exhausted || attempt == 1)
                 goto out;
             /* Exhausted: every arena gives back its empty superblocks. */
-            alock_unlock(&a->lock);
+            rk_block_unlock(&a->lock, am);
             st = defragment(r, 0);
-            alock_lock(&a->lock);
+            am = rk_block_lock(&a->lock);
             if (st != RANKMEM_SUCCESS) {
                 exhausted = 0;
                 goto out;
@@ -1392,7 +1337,7 @@ static rankmem_status_t arena_allocate(rankmem_resource_t *mr, size_t bytes, siz
     used_add(r, a, bytes);
     *ptr_p = p;
 out:
-    alock_unlock(&a->lock);
+    rk_block_unlock(&a->lock, am);
     if (RK_UNLIKELY(exhausted))
         return out_of_memory(r, bytes, alignment, 0);
     return st;
@@ -1486,9 +1431,9 @@ static rankmem_status_t free_large(ar_t *r, void *ptr, size_t bytes, rankmem_str
     r->large_bytes -= l->len << UNIT_SHIFT;
     pthread_mutex_unlock(&r->glock);
     arena_t *a = l->acct;
-    alock_lock(&a->lock);
+    int am = rk_block_lock(&a->lock);
     used_sub(r, a, bytes);
-    alock_unlock(&a->lock);
+    rk_block_unlock(&a->lock, am);
     free(l);
     return RANKMEM_SUCCESS;
 }
@@ -1508,13 +1453,13 @@ static rankmem_status_t arena_deallocate(rankmem_resource_t *mr, void *ptr, size
             arena_t *a = __atomic_load_n(&sb->owner, __ATOMIC_ACQUIRE);
             if (!a)
                 break; /* not in a superblock: a large block, or not ours */
-            alock_lock(&a->lock);
+            int am = rk_block_lock(&a->lock);
             if (RK_UNLIKELY(__atomic_load_n(&sb->owner, __ATOMIC_RELAXED) != a)) {
-                alock_unlock(&a->lock); /* moved meanwhile: look again */
+                rk_block_unlock(&a->lock, am); /* moved meanwhile: look again */
                 continue;
             }
             rankmem_status_t st = free_small(r, a, slot, off, ptr, bytes, stream);
-            alock_unlock(&a->lock);
+            rk_block_unlock(&a->lock, am);
             return st;
         }
     }
@@ -1542,7 +1487,7 @@ static rankmem_status_t forget_stream(ar_t *r, rankmem_stream_t stream)
     }
     pthread_mutex_unlock(&r->glock);
     for (arena_t *a = arena_first(r); a; a = a->next) {
-        alock_lock(&a->lock);
+        int am = rk_block_lock(&a->lock);
         unsigned k = 0;
         while (k < a->npstreams && a->pstreams[k] != stream)
             k++;
@@ -1560,7 +1505,7 @@ static rankmem_status_t forget_stream(ar_t *r, rankmem_stream_t stream)
         }
         if (a->stream == stream && !a->per_thread)
             a->forgotten = 1;
-        alock_unlock(&a->lock);
+        rk_block_unlock(&a->lock, am);
     }
     return RANKMEM_SUCCESS;
 }
@@ -1606,13 +1551,13 @@ static rankmem_status_t arena_query(rankmem_resource_t *mr, rankmem_query_t what
          * peak (within arenas x USED_BATCH), at least the largest arena's. */
         size_t in_use = 0, best = 0;
         for (arena_t *a = arena_first(r); a; a = a->next) {
-            alock_lock(&a->lock);
+            int am = rk_block_lock(&a->lock);
             if (a->used_high) {
                 in_use++;
                 if (a->used_high > best)
                     best = a->used_high;
             }
-            alock_unlock(&a->lock);
+            rk_block_unlock(&a->lock, am);
         }
         long long h = __atomic_load_n(&r->gused_high, __ATOMIC_RELAXED);
         v = in_use > 1 && h > 0 && (size_t)h > best ? (size_t)h : best;
@@ -1628,7 +1573,7 @@ static rankmem_status_t arena_query(rankmem_resource_t *mr, rankmem_query_t what
             pthread_mutex_unlock(&r->glock);
         }
         for (arena_t *a = arena_first(r); a; a = a->next) {
-            alock_lock(&a->lock);
+            int am = rk_block_lock(&a->lock);
             if (what == RANKMEM_QUERY_USED_CURRENT)
                 v += a->used;
             else if (what == RANKMEM_QUERY_LIVE_COUNT)
@@ -1643,7 +1588,7 @@ static rankmem_status_t arena_query(rankmem_resource_t *mr, rankmem_query_t what
                         v += runs;
                     }
             }
-            alock_unlock(&a->lock);
+            rk_block_unlock(&a->lock, am);
         }
         break;
     default:

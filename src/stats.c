@@ -31,10 +31,7 @@
  * every saved one. */
 #include "internal.h"
 #include "tslot.h"
-
-#include <linux/membarrier.h>
-#include <sys/syscall.h>
-#include <unistd.h>
+#include "bias.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -93,20 +90,9 @@ static const rankmem_resource_ops_t stats_ops;
 
 /* ---- the owner's fast path ---- */
 
-static _Thread_local char thread_tag_byte;
-/* Unique among live threads (a dead thread's tag may be reused: harmless,
- * the dead owner no longer runs). */
-static inline const void *thread_tag(void) { return &thread_tag_byte; }
-
-static pthread_once_t membarrier_once = PTHREAD_ONCE_INIT;
-static int membarrier_ok;
-
-static void membarrier_setup(void)
-{
-    long cmds = syscall(__NR_membarrier, MEMBARRIER_CMD_QUERY, 0, 0);
-    membarrier_ok = cmds > 0 && (cmds & MEMBARRIER_CMD_PRIVATE_EXPEDITED) &&
-                    syscall(__NR_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0, 0) == 0;
-}
+/* rk_thread_tag() and membarrier come from bias.h: the arenas use the same
+ * handshake for their locks. */
+static inline const void *thread_tag(void) { return rk_thread_tag(); }
 
 /* Called by any thread but the owner before it touches the counters. */
 static void make_shared(stats_t *s)
@@ -118,7 +104,7 @@ static void make_shared(stats_t *s)
         __atomic_store_n(&s->shared, 1, __ATOMIC_SEQ_CST);
         /* A full barrier on every thread: the owner either sees shared from
          * now on, or its busy flag is visible to the loop below. */
-        syscall(__NR_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0);
+        rk_membarrier();
         while (__atomic_load_n(&s->owner_busy, __ATOMIC_ACQUIRE))
 #if defined(__x86_64__) || defined(__i386__)
             __builtin_ia32_pause();
@@ -497,9 +483,8 @@ rankmem_status_t rankmem_stats_create(rankmem_resource_t *upstream, rankmem_reso
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_stats_create: cannot create a mutex");
     }
     s->lock_ok = 1;
-    pthread_once(&membarrier_once, membarrier_setup);
     s->owner = thread_tag();
-    s->shared = !membarrier_ok;
+    s->shared = !rk_membarrier_ready();
     rk_tslot_set_init(&s->totals, sizeof(thread_totals_t), NULL);
     *mr_p = mr;
     return RANKMEM_SUCCESS;
