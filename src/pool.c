@@ -50,7 +50,7 @@
 #define NSHARDS 32       /* a power of two */
 #define MIN_GROWTH ((size_t)2 << 20)
 #define MAX_GEOMETRIC_GROWTH ((size_t)1 << 30)
-#define GROWTH_SHIFT 3 /* grow by an eighth of what is held: reserved stays within ~1.125x of need */
+#define GROWTH_SHIFT 4 /* grow by a sixteenth of what is held: reserved stays within ~1.06x of need */
 #define MAX_GRANT ((size_t)64 << 20) /* what a stream or shard keeps when it takes memory */
 
 typedef struct blk blk_t;
@@ -627,6 +627,8 @@ static rankmem_status_t grow(pool_t *p, rankmem_stream_t stream, size_t need, in
     return st;
 }
 
+static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes);
+
 /* ---- allocate / deallocate ---- */
 
 /* Called with sh locked when the stream's own list has nothing that fits;
@@ -693,8 +695,12 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
             if ((b = list_find(s, bytes, alignment)) != NULL)
                 break;
         }
-        /* 4. A new chunk. */
+        /* 4. A new chunk. Chunks wholly free go back upstream first: they
+         * had no room for this request, and held beside the new chunk they
+         * would only raise the peak reserved (traces in docs/replay.md). */
         pthread_mutex_unlock(&sh->lock);
+        if (bytes + alignment - UNIT <= p->maximum) /* else growing cannot help */
+            (void)pool_trim(&p->base, p->initial);
         st = grow(p, stream, bytes + alignment - UNIT, 0, &ptr, &size);
         if (st != RANKMEM_SUCCESS) {
             /* 5. Everything, coalesced; the growth error stands if that fails too. */

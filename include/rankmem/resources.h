@@ -75,7 +75,7 @@ typedef struct rankmem_pool_params {
     size_t size;          /* sizeof(rankmem_pool_params_t) */
     size_t initial_size;  /* first chunk taken from upstream; 0 = none until needed */
     size_t maximum_size;  /* total bytes the pool may hold; SIZE_MAX = unbounded */
-    size_t growth_size;   /* minimum chunk when growing; 0 = an eighth of what is held
+    size_t growth_size;   /* minimum chunk when growing; 0 = a sixteenth of what is held
                              (2 MiB to 1 GiB), so reserved stays close to peak use */
 } rankmem_pool_params_t;
 
@@ -95,6 +95,61 @@ RANKMEM_API rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
  * any chain: every pool in it forgets the stream. */
 RANKMEM_API rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *pool,
                                                         rankmem_stream_t stream);
+
+/* ==== issue 10: system memory with GPU headroom, stream-ordered managed pools ====
+ * (src/sam_headroom.c, src/async_managed.c; docs/resources-sam-managed.md) */
+
+/* sam_headroom: host memory from the C library (posix_memalign) used by the
+ * GPU directly, on systems where cudaDevAttrPageableMemoryAccess is 1 (HMM
+ * with the open kernel driver on x86, ATS on Grace Hopper). Each allocation
+ * covers whole pages and gets a preferred location: the device recorded at
+ * creation while the device bytes this resource has placed there, plus this
+ * allocation, stay within the device's free memory minus `headroom`; the
+ * host otherwise. Host- and device-accessible; streams are ignored;
+ * thread-safe. Creation fails with RANKMEM_ERR_NOT_SUPPORTED where the GPU
+ * cannot access pageable memory, where there is no GPU, and in a build
+ * without CUDA. Queries: USED_CURRENT/HIGH, LIVE_COUNT. */
+RANKMEM_API rankmem_status_t rankmem_sam_headroom_create(size_t headroom,
+                                                         rankmem_resource_t **mr_p);
+
+/* Bytes of live allocations of a sam_headroom resource whose preferred
+ * location is the device (page-rounded). */
+RANKMEM_API rankmem_status_t rankmem_sam_headroom_device_bytes(rankmem_resource_t *mr,
+                                                               size_t *bytes_p);
+
+/* Preferred location of a managed pool's memory. */
+#define RANKMEM_MANAGED_PREFER_DEVICE 0 /* the device current at creation */
+#define RANKMEM_MANAGED_PREFER_HOST 1
+#define RANKMEM_MANAGED_PREFER_NONE 2 /* no preference: pages follow their users */
+
+typedef struct rankmem_async_managed_params {
+    size_t size;              /* sizeof(rankmem_async_managed_params_t) */
+    size_t initial_pool_size; /* bytes reserved at creation (allocated and freed once) */
+    size_t release_threshold; /* bytes the pool keeps at synchronisation; SIZE_MAX = all */
+    int preferred_location;   /* RANKMEM_MANAGED_PREFER_* */
+} rankmem_async_managed_params_t;
+
+/* Default params: no initial size, release threshold SIZE_MAX, preferred
+ * location the device. */
+RANKMEM_API rankmem_status_t
+rankmem_async_managed_params_default(rankmem_async_managed_params_t *params_p);
+
+/* async_managed: managed memory (host- and device-accessible) from a new
+ * stream-ordered pool of allocation type managed (cudaMemPoolCreate,
+ * cudaMallocFromPoolAsync, cudaFreeAsync); needs CUDA 13 (toolkit and
+ * driver) and a device with concurrent managed access, else
+ * RANKMEM_ERR_NOT_SUPPORTED. params NULL = defaults. Like any stream-ordered
+ * memory, the host may touch it once the allocating stream has reached the
+ * allocation. Queries as async: RESERVED_CURRENT/HIGH, USED_CURRENT/HIGH;
+ * trim keeps keep_bytes. rankmem_async_pool_handle() does not apply: use
+ * rankmem_async_managed_pool_handle(). */
+RANKMEM_API rankmem_status_t
+rankmem_async_managed_create(const rankmem_async_managed_params_t *params,
+                             rankmem_resource_t **mr_p);
+
+/* The cudaMemPool_t behind an async_managed resource (owned by it). */
+RANKMEM_API rankmem_status_t rankmem_async_managed_pool_handle(rankmem_resource_t *mr,
+                                                               rankmem_mempool_t *pool_p);
 
 #ifdef __cplusplus
 }
