@@ -14,6 +14,7 @@ static rk_block_t lock;
 static volatile unsigned long counter; /* plain: only the lock protects it */
 static volatile unsigned long pair_a, pair_b; /* always equal outside the lock */
 static int broken;
+static int inited; /* the owner made the lock (release/acquire: others see it whole) */
 
 static void critical(void)
 {
@@ -29,6 +30,7 @@ static void *owner_thread(void *arg)
 {
     int *biased_entries = arg;
     rk_block_init(&lock, 1);
+    __atomic_store_n(&inited, 1, __ATOMIC_RELEASE);
     for (int i = 0; i < OWNER_OPS; i++) {
         int m = rk_block_lock(&lock);
         *biased_entries += m;
@@ -66,11 +68,12 @@ int main(void)
        OWNER_OPS);
 
     counter = pair_a = pair_b = 0;
+    __atomic_store_n(&inited, 0, __ATOMIC_RELAXED);
     int biased = 0;
     pthread_t o, t[OTHERS];
     /* The owner initialises the lock in its thread: start it first. */
     pthread_create(&o, NULL, owner_thread, &biased);
-    while (__atomic_load_n(&lock.owner, __ATOMIC_RELAXED) == NULL && ready)
+    while (!__atomic_load_n(&inited, __ATOMIC_ACQUIRE))
         sched_yield();
     for (int i = 0; i < OTHERS; i++)
         pthread_create(&t[i], NULL, other_thread, NULL);
