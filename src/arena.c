@@ -139,6 +139,7 @@ struct arena {
     size_t used, used_high, live_count;
     long long delta;  /* change of used not yet added to the resource's total */
     size_t waits;     /* stream orderings made for pending frees */
+    size_t hint;      /* the slot that served the last small request */
 };
 
 typedef struct {
@@ -1224,6 +1225,26 @@ static inline int full_words(const sb_t *sb, size_t w, size_t k, size_t nwords)
     return 1;
 }
 
+/* Most often the first word of sb with free units has room for n units
+ * (no alignment): no word below has any, so its lowest fit is sb's. */
+static inline int first_word_fit(const ar_t *r, const sb_t *sb, size_t n, size_t *unit_p)
+{
+    size_t fw = sb->first_word;
+    if (fw >= r->sb_words)
+        return 0;
+    uint64_t w = sb->bits[fw];
+    if (w == ~0ull && full_words(sb, fw, (n + 63) / 64, r->sb_words)) {
+        *unit_p = fw * 64;
+        return 1;
+    }
+    uint64_t m = n <= 64 ? runs_of(w, n) : 0;
+    if (m) {
+        *unit_p = fw * 64 + (size_t)__builtin_ctzll(m);
+        return 1;
+    }
+    return 0;
+}
+
 /* Try the superblocks of bucket c in address order; 1 when one has room. */
 static int find_in_bucket(ar_t *r, arena_t *a, unsigned c, size_t n, size_t au, size_t rem,
                           size_t *slot_p, size_t *unit_p)
@@ -1233,22 +1254,9 @@ static int find_in_bucket(ar_t *r, arena_t *a, unsigned c, size_t n, size_t au, 
         sb_t *sb = &r->sbs[slot];
         if (sb->max_run < n)
             continue;
-        if (au == 1 && sb->first_word < r->sb_words) {
-            /* Most often the first word with free units has room: no word
-             * below has any, so its lowest fit is the superblock's. */
-            size_t fw = sb->first_word;
-            uint64_t w = sb->bits[fw];
-            if (w == ~0ull && full_words(sb, fw, (n + 63) / 64, r->sb_words)) {
-                *slot_p = slot;
-                *unit_p = fw * 64;
-                return 1;
-            }
-            uint64_t m = n <= 64 ? runs_of(w, n) : 0;
-            if (m) {
-                *slot_p = slot;
-                *unit_p = fw * 64 + (size_t)__builtin_ctzll(m);
-                return 1;
-            }
+        if (au == 1 && first_word_fit(r, sb, n, unit_p)) {
+            *slot_p = slot;
+            return 1;
         }
         size_t bound = sb->max_run;
         size_t u = sb_find(sb, r->sb_words, n, au, rem, &bound);
@@ -1297,7 +1305,13 @@ static rankmem_status_t arena_allocate(rankmem_resource_t *mr, size_t bytes, siz
     rankmem_status_t st = RANKMEM_SUCCESS;
     int am = rk_block_lock(&a->lock);
     a->forgotten = 0; /* a stream used again is alive */
-    if (RK_UNLIKELY(!arena_find(r, a, n, au, rem, &slot, &u))) {
+    /* The superblock that served the last request first: a thread's
+     * requests stay together, and the bucket search is skipped. */
+    sb_t *hs = &r->sbs[a->hint];
+    if (RK_LIKELY(au == 1 && __atomic_load_n(&hs->owner, __ATOMIC_RELAXED) == a &&
+                  hs->max_run >= n && first_word_fit(r, hs, n, &u)))
+        slot = a->hint;
+    else if (RK_UNLIKELY(!arena_find(r, a, n, au, rem, &slot, &u))) {
         for (int attempt = 0;; attempt++) {
             if (a->npending) {
                 if ((st = drain_pending(r, a)) != RANKMEM_SUCCESS)
@@ -1327,6 +1341,7 @@ static rankmem_status_t arena_allocate(rankmem_resource_t *mr, size_t bytes, siz
         }
     }
     exhausted = 0; /* found room, perhaps after defragmenting */
+    a->hint = slot;
     sb_t *sb = &r->sbs[slot];
     char *p = r->mem + slot * r->sb_bytes + (u << UNIT_SHIFT);
     r->reqs[slot * r->units + u] = (uint32_t)bytes;
