@@ -301,8 +301,11 @@ static const option_def_t defs[] = {
     {"RANKMEM_BIND", RANKMEM_OPTION_ENUM, "auto",
      "how the MPI plugin picks each rank's GPU: auto, none, nearest or list:<gpu>,<gpu>,...",
      "auto|none|nearest|list:...", NULL},
-    {"RANKMEM_REPORT", RANKMEM_OPTION_STRING, "rankmem-report.json",
-     "per-rank memory report written at MPI_Finalize (empty: no report)", NULL, NULL},
+    {"RANKMEM_REPORT", RANKMEM_OPTION_STRING, "stderr",
+     "per-rank memory report at MPI_Finalize: off, stdout, stderr or a path template "
+     "(%j job id, %p pid, %t time, %n ranks, %% a %)", NULL, NULL},
+    {"RANKMEM_REPORT_FORMAT", RANKMEM_OPTION_LIST, "text",
+     "formats of the MPI report, comma-separated: text, json, csv", NULL, NULL},
     {"RANKMEM_STAGING", RANKMEM_OPTION_ENUM, "auto",
      "stage device buffers through pinned host memory for MPI (auto: when MPI is not CUDA-aware)",
      "auto|on|off", NULL},
@@ -310,6 +313,9 @@ static const option_def_t defs[] = {
      "pinned host memory kept for staging MPI messages, per rank", NULL, NULL},
     {"RANKMEM_STAGING_CHUNK", RANKMEM_OPTION_SIZE, "4MiB",
      "size of one staging buffer; larger messages are sent in pieces", NULL, NULL},
+    {"RANKMEM_MPI_VERBOSE", RANKMEM_OPTION_BOOL, "0",
+     "the MPI plugin prints one line per rank at MPI_Init (binding, device, resource) and at "
+     "MPI_Finalize", NULL, NULL},
     {"RANKMEM_QUIET", RANKMEM_OPTION_BOOL, "0",
      "silence the notice printed when no GPU is found", NULL, NULL},
     {"RANKMEM_WARN_UNKNOWN", RANKMEM_OPTION_BOOL, "1",

@@ -1,0 +1,112 @@
+/* rankmem MPI plugin: what init.c, bind.c, gpu.c, timing.c, alloc_mem.c and
+ * fortran.c share (not installed; every symbol hidden). The record and the
+ * report's entry points are in mpi_internal.h. */
+#ifndef RANKMEM_MPI_PLUGIN_H
+#define RANKMEM_MPI_PLUGIN_H
+
+#include "config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <rankmem.h>
+#include <rankmem_mpi.h>
+
+#include "mpi_internal.h"
+
+/* The interposed MPI entry points are the only non-rankmem_* symbols the
+ * library exports. */
+#define RK_MPI_EXPORT __attribute__((visibility("default")))
+#define RK_MPI_PRINTF(a, b) __attribute__((format(printf, a, b)))
+
+/* ---- messages (init.c) ---- */
+
+/* "rankmem-mpi[rank N]: ..." on stderr, one write so that ranks' lines do
+ * not interleave. Rank is MPI_COMM_WORLD's once known, else the launcher's. */
+RK_MPI_HIDDEN void rk_mpi_warn(const char *fmt, ...) RK_MPI_PRINTF(1, 2);
+/* The same, only when RANKMEM_MPI_VERBOSE is on. */
+RK_MPI_HIDDEN void rk_mpi_verbose(const char *fmt, ...) RK_MPI_PRINTF(1, 2);
+
+/* ---- binding (bind.c): pure logic, no MPI and no CUDA, unit-tested ---- */
+
+typedef enum { RK_BIND_AUTO = 0, RK_BIND_NONE, RK_BIND_NEAREST, RK_BIND_LIST } rk_bind_mode_t;
+
+#define RK_BIND_LIST_MAX 256
+
+typedef struct rk_bind_spec {
+    rk_bind_mode_t mode;
+    int nlist;
+    int list[RK_BIND_LIST_MAX]; /* RK_BIND_LIST: device indices, in order */
+} rk_bind_spec_t;
+
+/* Parse a RANKMEM_BIND value: auto | none | nearest | list:I,J,... (indices
+ * >= 0, at most RK_BIND_LIST_MAX). 0 on success; -1 with a reason in why
+ * (len bytes) otherwise. Leading and trailing blanks are not allowed: the
+ * option table's own check is as strict. */
+RK_MPI_HIDDEN int rk_bind_parse(const char *text, rk_bind_spec_t *spec, char *why, size_t len);
+
+/* The node-local rank from the launcher's environment, before MPI_Init:
+ * the first of OMPI_COMM_WORLD_LOCAL_RANK, MV2_COMM_WORLD_LOCAL_RANK,
+ * MPI_LOCALRANKID, SLURM_LOCALID, PMI_LOCAL_RANK, PALS_LOCAL_RANKID,
+ * FLUX_TASK_LOCAL_ID that holds a non-negative integer. -1 if none; *var_p
+ * (may be NULL) names the variable used. */
+RK_MPI_HIDDEN int rk_bind_env_local_rank(const char **var_p);
+
+/* Parse a Linux cpumask ("ff,00000000,0000ffff", as in sysfs local_cpus)
+ * into bits (nbits wide, bit i = CPU i). 0, or -1 if malformed. */
+RK_MPI_HIDDEN int rk_bind_parse_cpumask(const char *text, unsigned char *bits, size_t nbits);
+
+/* The device for this rank. ndev > 0. local_rank >= 0. overlap (may be
+ * NULL unless mode is nearest): for each device, how many of the rank's
+ * CPUs are local to it (-1: unknown). Returns a device index, or -1 with
+ * a reason in why for a list naming a device >= ndev. auto: local_rank
+ * round-robin; list: list[local_rank % nlist]; nearest: round-robin over
+ * the devices with the largest overlap (all of them when it is unknown). */
+RK_MPI_HIDDEN int rk_bind_choose(const rk_bind_spec_t *spec, int local_rank, int ndev,
+                                 const int *overlap, char *why, size_t len);
+
+/* ---- GPU (gpu.c): all "no GPU" in a build without CUDA ---- */
+
+/* Visible devices (rankmem_device_count: 0 when there is none). */
+RK_MPI_HIDDEN int rk_mpi_gpu_count(void);
+/* cudaSetDevice; 0 or -1 (message printed). */
+RK_MPI_HIDDEN int rk_mpi_gpu_set(int device);
+/* The current device, or -1. */
+RK_MPI_HIDDEN int rk_mpi_gpu_current(void);
+/* Name and PCI bus id ("0000:3b:00.0", lower case) of a device; "" when unknown. */
+RK_MPI_HIDDEN void rk_mpi_gpu_describe(int device, char *name, size_t name_len, char *busid,
+                                       size_t busid_len);
+/* cudaMemGetInfo of device (made current for the call, from any thread);
+ * zeros without a GPU or for device < 0. */
+RK_MPI_HIDDEN void rk_mpi_gpu_meminfo(int device, uint64_t *total_p, uint64_t *free_p);
+/* For RANKMEM_BIND=nearest: overlap[d] = how many CPUs of this process's
+ * affinity mask are local to device d (hwloc, else sysfs), -1 unknown. */
+RK_MPI_HIDDEN void rk_mpi_gpu_overlap(int ndev, int *overlap);
+
+/* ---- timing adaptor (timing.c) ---- */
+
+/* A pass-through resource that adds the time spent in its upstream's
+ * allocate and deallocate to a counter (CLOCK_MONOTONIC: a vDSO read, no
+ * system call). Retains upstream. */
+RK_MPI_HIDDEN rankmem_status_t rk_mpi_timing_create(rankmem_resource_t *upstream,
+                                                    rankmem_resource_t **mr_p);
+/* Nanoseconds so far (0 for anything that is not a timing resource). */
+RK_MPI_HIDDEN uint64_t rk_mpi_timing_ns(const rankmem_resource_t *mr);
+RK_MPI_HIDDEN uint64_t rk_mpi_now_ns(void);
+
+/* ---- the hooks (init.c, used by fortran.c) ---- */
+
+/* Before the MPI library's init: read the options, bind. Idempotent. */
+RK_MPI_HIDDEN void rk_mpi_pre_init(void);
+/* After it (rc: what init returned): confirm the binding, install the
+ * resource; exits the job cleanly (every rank) on a bad configuration.
+ * Idempotent: the Fortran hooks and the C hooks may both run it. */
+RK_MPI_HIDDEN void rk_mpi_post_init(int rc);
+/* Before the MPI library's finalize: the report. Idempotent. */
+RK_MPI_HIDDEN void rk_mpi_pre_finalize(void);
+
+/* ---- MPI_Alloc_mem (alloc_mem.c) ---- */
+
+/* Blocks MPI_Alloc_mem served through rankmem and not yet freed. */
+RK_MPI_HIDDEN size_t rk_mpi_alloc_mem_live(void);
+
+#endif
