@@ -316,6 +316,15 @@ static const option_def_t defs[] = {
     {"RANKMEM_MPI_VERBOSE", RANKMEM_OPTION_BOOL, "0",
      "the MPI plugin prints one line per rank at MPI_Init (binding, device, resource) and at "
      "MPI_Finalize", NULL, NULL},
+    {"RANKMEM_OMP_DEFAULT_ALLOCATOR", RANKMEM_OPTION_ENUM, "",
+     "librankmem_omp: initial default allocator (device, managed or pinned; empty: the runtime's)",
+     "|device|managed|pinned|rankmem_omp_device_mem_alloc|rankmem_omp_managed_mem_alloc|"
+     "rankmem_omp_pinned_mem_alloc",
+     NULL},
+    {"RANKMEM_OMP_FREE_SYNC", RANKMEM_OPTION_BOOL, "1",
+     "librankmem_omp: wait for the device before omp_free gives device memory back", NULL, NULL},
+    {"RANKMEM_OMP_VERBOSE", RANKMEM_OPTION_BOOL, "0",
+     "librankmem_omp: say why omp_init_allocator refused a trait set", NULL, NULL},
     {"RANKMEM_QUIET", RANKMEM_OPTION_BOOL, "0",
      "silence the notice printed when no GPU is found", NULL, NULL},
     {"RANKMEM_WARN_UNKNOWN", RANKMEM_OPTION_BOOL, "1",

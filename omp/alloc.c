@@ -1,0 +1,573 @@
+/* The omp_alloc family, libgomp's GOMP_alloc/GOMP_free (GCC's allocate
+ * clause) and libomp's __kmpc_* (clang's allocate clause). Handles and
+ * pointers of ours are served by rankmem; everything else goes to the
+ * runtime's own function unchanged, so programs that never use our
+ * allocators behave exactly as before.
+ *
+ * Stream rule (docs/openmp.md): our blocks are allocated and freed with the
+ * synchronous rankmem calls, i.e. ordered on the legacy default stream. Zero
+ * fills and copies of device memory run on that stream and are waited for
+ * before the call returns. omp_free of device-accessible memory first waits
+ * for the block's device (as cudaFree does), so a kernel still using the
+ * block on any stream is safe; RANKMEM_OMP_FREE_SYNC=0 skips that wait for
+ * programs whose device work on the block is ordered before the free on the
+ * default stream (or already synchronised). */
+#include "omp_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#if HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#define RKOMP_MAX_FB_DEPTH 8
+
+/* ---- GPU helpers (no-ops without a GPU: every resource is host memory) ---- */
+
+static int gpu_count(void)
+{
+    static int n = -1; /* racy but idempotent: every thread computes the same */
+    int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+    if (RKOMP_UNLIKELY(v < 0)) {
+        if (rankmem_device_count(&v) != RANKMEM_SUCCESS)
+            v = 0;
+        __atomic_store_n(&n, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+#if HAVE_CUDA
+/* Make dev current (when it is a device other than the current one);
+ * returns the device to restore, or -1 for nothing to restore. */
+static int enter_device(int dev)
+{
+    int cur;
+    if (dev < 0 || cudaGetDevice(&cur) != cudaSuccess || cur == dev)
+        return -1;
+    return cudaSetDevice(dev) == cudaSuccess ? cur : -1;
+}
+static void leave_device(int prev)
+{
+    if (prev >= 0)
+        cudaSetDevice(prev);
+}
+#endif
+
+static int host_accessible(const rankmem_resource_t *mr)
+{
+    return !gpu_count() || (mr->props & RANKMEM_PROP_HOST_ACCESSIBLE);
+}
+
+/* Zero a fresh block: memset where the CPU may write, else cudaMemset on the
+ * default stream, waited for so that the zeroes are visible on every stream. */
+static int zero_fill(rankmem_resource_t *mr, void *p, size_t n)
+{
+    if (host_accessible(mr)) {
+        memset(p, 0, n);
+        return 0;
+    }
+#if HAVE_CUDA
+    int prev = enter_device(mr->device);
+    cudaError_t err = cudaMemset(p, 0, n);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(0);
+    leave_device(prev);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+#else
+    return -1;
+#endif
+}
+
+/* Whether the CPU may touch p: ours by its resource; a runtime's block is
+ * host memory unless a GPU exists (then unknown: let CUDA decide). */
+static int ptr_host_accessible(const void *p)
+{
+    rkomp_block_t b;
+    if (!gpu_count())
+        return 1;
+    if (rkomp_map_used() && rkomp_map_get(p, &b))
+        return host_accessible(b.mr);
+    return 0;
+}
+
+/* Copy n bytes between blocks of any kind: memcpy when both are host
+ * memory, else cudaMemcpy with cudaMemcpyDefault (unified addressing finds
+ * the direction), waited for on the default stream. 0 on success. */
+static int copy_bytes(void *dst, const void *src, size_t n)
+{
+    if (!n)
+        return 0;
+    if (ptr_host_accessible(dst) && ptr_host_accessible(src)) {
+        memcpy(dst, src, n);
+        return 0;
+    }
+#if HAVE_CUDA
+    cudaError_t err = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
+    if (err == cudaSuccess)
+        err = cudaStreamSynchronize(0);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    return 0;
+#else
+    return -1;
+#endif
+}
+
+/* Give a block back to the resource it came from. */
+static void release_block(const rkomp_block_t *b)
+{
+#if HAVE_CUDA
+    int prev = -1;
+    if (gpu_count() && (b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE)) {
+        prev = enter_device(b->mr->device);
+        if (rkomp_free_sync() && cudaDeviceSynchronize() != cudaSuccess)
+            (void)cudaGetLastError(); /* a failed kernel is not this free's failure */
+    }
+#endif
+    rankmem_status_t st = rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
+#if HAVE_CUDA
+    leave_device(prev);
+#endif
+    if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
+        fprintf(stderr, "rankmem_omp: omp_free(%p): %s: %s\n", b->ptr, rankmem_status_string(st),
+                rankmem_last_error());
+    rankmem_resource_release(b->mr);
+}
+
+/* ---- serving one of our allocators ---- */
+
+static size_t max3(size_t a, size_t b, size_t c)
+{
+    size_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+/* One attempt through the allocator's own memory, no fallback. */
+static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero)
+{
+    if (a->space == RKOMP_SPACE_FOREIGN) {
+        const rkomp_runtime_t *r = rkomp_rt();
+        size_t al = alignment > a->alignment ? alignment : a->alignment;
+        if (zero)
+            return r->aligned_calloc ? r->aligned_calloc(al, 1, size, a->foreign) : NULL;
+        return r->aligned_alloc ? r->aligned_alloc(al, size, a->foreign) : NULL;
+    }
+    rankmem_resource_t *mr = a->chain;
+    if (!mr && rkomp_space_resource(a->space, &mr) != RANKMEM_SUCCESS)
+        return NULL;
+    /* The block holds a reference: the current resource may be replaced and
+     * the allocator destroyed while the block lives. */
+    if (rankmem_resource_retain(mr) != RANKMEM_SUCCESS)
+        return NULL;
+    size_t al = max3(alignment, a->alignment, RANKMEM_DEFAULT_ALIGNMENT);
+    void *p = NULL;
+    if (rankmem_allocate(mr, size, al, &p) != RANKMEM_SUCCESS) {
+        rankmem_resource_release(mr);
+        return NULL;
+    }
+    rkomp_block_t b = {p, mr, size, al, rkomp_handle_of(a)};
+    if ((zero && zero_fill(mr, p, size) != 0) || rkomp_map_insert(&b) != RANKMEM_SUCCESS) {
+        rankmem_deallocate(mr, p, size, al);
+        rankmem_resource_release(mr);
+        return NULL;
+    }
+    return p;
+}
+
+static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero, int depth);
+
+void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
+{
+    void *p = serve(a, alignment, size, zero);
+    if (RKOMP_LIKELY(p != NULL))
+        return p;
+    switch (a->fallback) {
+    case RKOMP_ATV_NULL_FB: return NULL;
+    case RKOMP_ATV_ABORT_FB:
+        fprintf(stderr,
+                "rankmem_omp: allocation of %zu bytes failed and the allocator's fallback is "
+                "abort_fb: aborting\n",
+                size);
+        abort();
+    case RKOMP_ATV_ALLOCATOR_FB: return alloc_any(a->fb_data, alignment, size, zero, depth + 1);
+    default: /* default_mem_fb */
+        return alloc_any(RKOMP_DEFAULT_MEM_ALLOC, alignment, size, zero, depth + 1);
+    }
+}
+
+/* Through any allocator (a fallback's target). A cycle of allocator_fb
+ * fallbacks ends after RKOMP_MAX_FB_DEPTH steps with NULL. */
+static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero, int depth)
+{
+    if (depth > RKOMP_MAX_FB_DEPTH)
+        return NULL;
+    if (h == RKOMP_NULL_ALLOCATOR)
+        h = rkomp_get_default();
+    rkomp_allocator_t *a = rkomp_lookup(h);
+    if (a)
+        return rkomp_alloc_ours(a, alignment, size, zero, depth);
+    if (rkomp_in_range(h))
+        return NULL;
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (alignment < 1)
+        alignment = 1;
+    if (zero)
+        return r->aligned_calloc ? r->aligned_calloc(alignment, 1, size, h) : NULL;
+    return r->aligned_alloc ? r->aligned_alloc(alignment, size, h) : NULL;
+}
+
+/* Ours when h (or, for omp_null_allocator, the default allocator) is in our
+ * range. *a_p is the live allocator or NULL for a stale handle. */
+static inline int classify(rkomp_handle_t h, rkomp_allocator_t **a_p)
+{
+    if (h == RKOMP_NULL_ALLOCATOR)
+        h = rkomp_get_default();
+    if (!rkomp_in_range(h))
+        return 0;
+    *a_p = rkomp_lookup(h);
+    return 1;
+}
+
+static int bad_alignment(size_t alignment) { return alignment & (alignment - 1); }
+
+/* Our part of each entry point; *handled_p = 0 means "forward". */
+static void *our_alloc(size_t alignment, size_t size, int zero, rkomp_handle_t h, int *handled_p)
+{
+    rkomp_allocator_t *a = NULL;
+    if (!classify(h, &a)) {
+        *handled_p = 0;
+        return NULL;
+    }
+    *handled_p = 1;
+    if (!a || !size || bad_alignment(alignment))
+        return NULL;
+    return rkomp_alloc_ours(a, alignment, size, zero, 0);
+}
+
+static int mul_overflows(size_t a, size_t b, size_t *out)
+{
+    return __builtin_mul_overflow(a, b, out);
+}
+
+/* clang (14 at least) converts an allocate clause's allocator to int when
+ * compiling C (the enumerators of omp_allocator_handle_t are ints there), so
+ * our handle reaches __kmpc_alloc/__kmpc_free cut to 32 bits and
+ * sign-extended. Such a value is never a pointer nor a runtime's predefined
+ * handle; our table lies in one place, so its upper bits can be restored. */
+static inline rkomp_handle_t kmpc_handle(rkomp_handle_t h)
+{
+    uintptr_t hi = (uintptr_t)h >> 32;
+    if (RKOMP_LIKELY(!(h & 1u)) || (hi != 0 && hi != 0xffffffffu) || h < 1024u)
+        return h;
+    uintptr_t low = (uintptr_t)h & 0xffffffffu;
+    uintptr_t cand = (((uintptr_t)rkomp_slots >> 32) << 32) | low;
+    if (rkomp_in_range(cand))
+        return cand;
+    cand += (uintptr_t)1 << 32; /* the table straddles a 4 GiB boundary */
+    return rkomp_in_range(cand) ? cand : h;
+}
+
+/* ---- omp_free and friends ---- */
+
+/* 1 when ptr was ours (now freed). */
+static int our_free(void *ptr)
+{
+    rkomp_block_t b;
+    if (!ptr || !rkomp_map_used() || !rkomp_map_remove(ptr, &b))
+        return 0;
+    release_block(&b);
+    return 1;
+}
+
+/* What to tell the runtime about a block that is not ours: our handles mean
+ * nothing to it (both runtimes find the real allocator in the block's header). */
+static inline rkomp_handle_t for_runtime(rkomp_handle_t h)
+{
+    return rkomp_in_range(h) ? RKOMP_NULL_ALLOCATOR : h;
+}
+
+RKOMP_EXPORT void omp_free(void *ptr, rkomp_handle_t allocator)
+{
+    if (our_free(ptr) || (!ptr && rkomp_in_range(allocator)))
+        return;
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (r->free)
+        r->free(ptr, for_runtime(allocator));
+}
+
+RKOMP_EXPORT void GOMP_free(void *ptr, rkomp_handle_t allocator)
+{
+    if (our_free(ptr) || (!ptr && rkomp_in_range(allocator)))
+        return;
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (r->gomp_free)
+        r->gomp_free(ptr, for_runtime(allocator));
+    else if (r->free)
+        r->free(ptr, for_runtime(allocator));
+}
+
+RKOMP_EXPORT void __kmpc_free(int gtid, void *ptr, rkomp_handle_t allocator)
+{
+    allocator = kmpc_handle(allocator);
+    if (our_free(ptr) || (!ptr && rkomp_in_range(allocator)))
+        return;
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (r->kmpc_free)
+        r->kmpc_free(gtid, ptr, for_runtime(allocator));
+    else if (r->free)
+        r->free(ptr, for_runtime(allocator));
+}
+
+/* ---- the omp_alloc family ---- */
+
+RKOMP_EXPORT void *omp_alloc(size_t size, rkomp_handle_t allocator)
+{
+    int handled;
+    void *p = our_alloc(1, size, 0, allocator, &handled);
+    if (handled)
+        return p;
+    const rkomp_runtime_t *r = rkomp_rt();
+    return r->alloc ? r->alloc(size, allocator) : NULL;
+}
+
+extern __typeof__(omp_alloc) rkomp_self_omp_alloc __attribute__((alias("omp_alloc")));
+
+RKOMP_EXPORT void *omp_aligned_alloc(size_t alignment, size_t size, rkomp_handle_t allocator)
+{
+    int handled;
+    void *p = our_alloc(alignment, size, 0, allocator, &handled);
+    if (handled)
+        return p;
+    const rkomp_runtime_t *r = rkomp_rt();
+    return r->aligned_alloc ? r->aligned_alloc(alignment, size, allocator) : NULL;
+}
+
+RKOMP_EXPORT void *omp_calloc(size_t nmemb, size_t size, rkomp_handle_t allocator)
+{
+    int handled;
+    size_t total;
+    /* An overflowing product cannot be served: SIZE_MAX fails in rankmem
+     * and then takes the allocator's fallback, as any failure does. */
+    if (mul_overflows(nmemb, size, &total))
+        total = SIZE_MAX;
+    void *p = our_alloc(1, total, 1, allocator, &handled);
+    if (handled)
+        return p;
+    const rkomp_runtime_t *r = rkomp_rt();
+    return r->calloc ? r->calloc(nmemb, size, allocator) : NULL;
+}
+
+RKOMP_EXPORT void *omp_aligned_calloc(size_t alignment, size_t nmemb, size_t size,
+                                      rkomp_handle_t allocator)
+{
+    int handled;
+    size_t total;
+    if (mul_overflows(nmemb, size, &total))
+        total = SIZE_MAX;
+    void *p = our_alloc(alignment, total, 1, allocator, &handled);
+    if (handled)
+        return p;
+    const rkomp_runtime_t *r = rkomp_rt();
+    return r->aligned_calloc ? r->aligned_calloc(alignment, nmemb, size, allocator) : NULL;
+}
+
+/* libgomp's entry for allocate clauses: like omp_aligned_alloc, but a
+ * failure is fatal (the compiled code does not check), as in libgomp. */
+RKOMP_EXPORT void *GOMP_alloc(size_t alignment, size_t size, rkomp_handle_t allocator)
+{
+    int handled;
+    void *p = our_alloc(alignment, size, 0, allocator, &handled);
+    if (handled) {
+        if (RKOMP_UNLIKELY(!p && size)) {
+            fprintf(stderr,
+                    "rankmem_omp: out of memory allocating %zu bytes for an allocate clause\n",
+                    size);
+            abort();
+        }
+        return p;
+    }
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (r->gomp_alloc)
+        return r->gomp_alloc(alignment, size, allocator);
+    return r->aligned_alloc ? r->aligned_alloc(alignment, size, allocator) : NULL;
+}
+
+RKOMP_EXPORT void *__kmpc_alloc(int gtid, size_t size, rkomp_handle_t allocator)
+{
+    allocator = kmpc_handle(allocator);
+    int handled;
+    void *p = our_alloc(1, size, 0, allocator, &handled);
+    if (handled)
+        return p;
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (r->kmpc_alloc)
+        return r->kmpc_alloc(gtid, size, allocator);
+    return r->alloc ? r->alloc(size, allocator) : NULL;
+}
+
+RKOMP_EXPORT void *__kmpc_aligned_alloc(int gtid, size_t alignment, size_t size,
+                                        rkomp_handle_t allocator)
+{
+    allocator = kmpc_handle(allocator);
+    int handled;
+    void *p = our_alloc(alignment, size, 0, allocator, &handled);
+    if (handled)
+        return p;
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (r->kmpc_aligned_alloc)
+        return r->kmpc_aligned_alloc(gtid, alignment, size, allocator);
+    return r->aligned_alloc ? r->aligned_alloc(alignment, size, allocator) : NULL;
+}
+
+RKOMP_EXPORT void *__kmpc_calloc(int gtid, size_t nmemb, size_t size, rkomp_handle_t allocator)
+{
+    allocator = kmpc_handle(allocator);
+    int handled;
+    size_t total;
+    if (mul_overflows(nmemb, size, &total))
+        total = SIZE_MAX;
+    void *p = our_alloc(1, total, 1, allocator, &handled);
+    if (handled)
+        return p;
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (r->kmpc_calloc)
+        return r->kmpc_calloc(gtid, nmemb, size, allocator);
+    return r->calloc ? r->calloc(nmemb, size, allocator) : NULL;
+}
+
+/* ---- omp_realloc ---- */
+
+typedef struct fwd {
+    int kmpc, gtid;
+} fwd_t;
+
+static void *fwd_realloc(const fwd_t *f, void *ptr, size_t size, rkomp_handle_t h,
+                         rkomp_handle_t fh)
+{
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (f->kmpc && r->kmpc_realloc)
+        return r->kmpc_realloc(f->gtid, ptr, size, h, fh);
+    return r->realloc ? r->realloc(ptr, size, h, fh) : NULL;
+}
+
+static void *fwd_alloc(const fwd_t *f, size_t size, rkomp_handle_t h)
+{
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (f->kmpc && r->kmpc_alloc)
+        return r->kmpc_alloc(f->gtid, size, h);
+    return r->alloc ? r->alloc(size, h) : NULL;
+}
+
+static void fwd_free(const fwd_t *f, void *ptr, rkomp_handle_t h)
+{
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (f->kmpc && r->kmpc_free)
+        r->kmpc_free(f->gtid, ptr, h);
+    else if (r->free)
+        r->free(ptr, h);
+}
+
+/* The new block comes from `allocator`, or when that is omp_null_allocator
+ * from the allocator of ptr (free_allocator). On failure NULL, and ptr stays
+ * valid. Crossing between our memory and the runtime's copies with the
+ * right kind of copy. */
+static void *do_realloc(const fwd_t *f, void *ptr, size_t size, rkomp_handle_t allocator,
+                        rkomp_handle_t free_allocator)
+{
+    rkomp_block_t b;
+    int mine = ptr && rkomp_map_used() && rkomp_map_get(ptr, &b);
+    if (!ptr) {
+        int handled;
+        void *p = our_alloc(1, size, 0, allocator, &handled);
+        return handled ? p : fwd_alloc(f, size, allocator);
+    }
+    if (!size) {
+        if (!our_free(ptr))
+            fwd_free(f, ptr, for_runtime(free_allocator));
+        return NULL;
+    }
+    rkomp_handle_t t = allocator;
+    if (t == RKOMP_NULL_ALLOCATOR)
+        t = mine ? b.allocator : free_allocator;
+    int t_ours = rkomp_in_range(t);
+    if (!mine && !t_ours) /* the runtime's business alone, exactly as before */
+        return fwd_realloc(f, ptr, size, allocator, for_runtime(free_allocator));
+    rkomp_allocator_t *ta = t_ours ? rkomp_lookup(t) : NULL;
+    if (t_ours && !ta)
+        return NULL; /* stale handle */
+    if (mine) {
+        void *n = ta ? rkomp_alloc_ours(ta, 1, size, 0, 0) : fwd_alloc(f, size, t);
+        if (!n)
+            return NULL;
+        if (copy_bytes(n, ptr, b.bytes < size ? b.bytes : size) != 0) {
+            if (!our_free(n))
+                fwd_free(f, n, RKOMP_NULL_ALLOCATOR);
+            return NULL;
+        }
+        our_free(ptr);
+        return n;
+    }
+    /* A runtime block into ours: its size is the runtime's secret, so let
+     * the runtime resize it to `size` first, then copy all of that. */
+    void *n = rkomp_alloc_ours(ta, 1, size, 0, 0);
+    if (!n)
+        return NULL;
+    void *tmp = fwd_realloc(f, ptr, size, RKOMP_DEFAULT_MEM_ALLOC, for_runtime(free_allocator));
+    if (!tmp) {
+        our_free(n);
+        return NULL;
+    }
+    if (copy_bytes(n, tmp, size) != 0) {
+        our_free(n);
+        fwd_free(f, tmp, RKOMP_NULL_ALLOCATOR);
+        return NULL;
+    }
+    fwd_free(f, tmp, RKOMP_NULL_ALLOCATOR);
+    return n;
+}
+
+RKOMP_EXPORT void *omp_realloc(void *ptr, size_t size, rkomp_handle_t allocator,
+                               rkomp_handle_t free_allocator)
+{
+    fwd_t f = {0, 0};
+    return do_realloc(&f, ptr, size, allocator, free_allocator);
+}
+
+RKOMP_EXPORT void *__kmpc_realloc(int gtid, void *ptr, size_t size, rkomp_handle_t allocator,
+                                  rkomp_handle_t free_allocator)
+{
+    fwd_t f = {1, gtid};
+    return do_realloc(&f, ptr, size, kmpc_handle(allocator), kmpc_handle(free_allocator));
+}
+
+/* ---- public extras (rankmem_omp.h) ---- */
+
+RKOMP_EXPORT rankmem_status_t rankmem_omp_block_info(const void *ptr, size_t *bytes_p,
+                                                     rankmem_resource_t **mr_p)
+{
+    rkomp_block_t b;
+    if (!ptr)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    if (!rkomp_map_used() || !rkomp_map_get(ptr, &b))
+        return RANKMEM_ERR_INVALID_POINTER;
+    if (bytes_p)
+        *bytes_p = b.bytes;
+    if (mr_p)
+        *mr_p = b.mr;
+    return RANKMEM_SUCCESS;
+}
+
+RKOMP_EXPORT rankmem_status_t rankmem_omp_active(int *active_p)
+{
+    if (!active_p)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    *active_p = rkomp_interposed();
+    return RANKMEM_SUCCESS;
+}

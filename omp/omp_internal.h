@@ -1,0 +1,232 @@
+/* librankmem_omp internals, shared between the files of omp/. Never installed.
+ *
+ * The library is runtime-agnostic: it is built once with $(CC) and serves
+ * programs linked with libgomp (GCC) or LLVM's libomp. It therefore never
+ * includes <omp.h>; the OpenMP ABI it needs (handles are uintptr_t-sized,
+ * trait keys and values are the numbers fixed by the OpenMP specification)
+ * is spelled out here. Everything declared here is hidden. */
+#ifndef RANKMEM_OMP_INTERNAL_H
+#define RANKMEM_OMP_INTERNAL_H
+
+#include "config.h"
+
+#include <stddef.h>
+#include <stdint.h>
+#include <rankmem.h>
+
+#define RKOMP_HIDDEN __attribute__((visibility("hidden")))
+#define RKOMP_EXPORT __attribute__((visibility("default")))
+#define RKOMP_LIKELY(x) __builtin_expect(!!(x), 1)
+#define RKOMP_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* ---- the OpenMP ABI (identical in libgomp's and libomp's omp.h) ---- */
+
+typedef uintptr_t rkomp_handle_t; /* omp_allocator_handle_t, omp_memspace_handle_t */
+
+typedef struct rkomp_trait {
+    int key; /* omp_alloctrait_key_t: an enum, int-sized in both runtimes */
+    uintptr_t value;
+} rkomp_trait_t;
+
+#define RKOMP_NULL_ALLOCATOR ((rkomp_handle_t)0)
+#define RKOMP_DEFAULT_MEM_ALLOC ((rkomp_handle_t)1)
+
+enum {
+    RKOMP_ATK_SYNC_HINT = 1,
+    RKOMP_ATK_ALIGNMENT = 2,
+    RKOMP_ATK_ACCESS = 3,
+    RKOMP_ATK_POOL_SIZE = 4,
+    RKOMP_ATK_FALLBACK = 5,
+    RKOMP_ATK_FB_DATA = 6,
+    RKOMP_ATK_PINNED = 7,
+    RKOMP_ATK_PARTITION = 8
+};
+
+#define RKOMP_ATV_DEFAULT ((uintptr_t)-1)
+enum {
+    RKOMP_ATV_FALSE = 0,
+    RKOMP_ATV_TRUE = 1,
+    RKOMP_ATV_CONTENDED = 3,
+    RKOMP_ATV_UNCONTENDED = 4,
+    RKOMP_ATV_SERIALIZED = 5,
+    RKOMP_ATV_PRIVATE = 6,
+    RKOMP_ATV_ALL = 7,
+    RKOMP_ATV_THREAD = 8,
+    RKOMP_ATV_PTEAM = 9,
+    RKOMP_ATV_CGROUP = 10,
+    RKOMP_ATV_DEFAULT_MEM_FB = 11,
+    RKOMP_ATV_NULL_FB = 12,
+    RKOMP_ATV_ABORT_FB = 13,
+    RKOMP_ATV_ALLOCATOR_FB = 14,
+    RKOMP_ATV_ENVIRONMENT = 15,
+    RKOMP_ATV_NEAREST = 16,
+    RKOMP_ATV_BLOCKED = 17,
+    RKOMP_ATV_INTERLEAVED = 18
+};
+
+/* ---- memory spaces and allocator objects (memspace.c) ----
+ *
+ * Handle encoding. Every handle of ours is the address of an object inside
+ * this library's own static storage, plus tag bits:
+ *   memory space:  &rkomp_spaces[i] | 1
+ *   allocator:     &rkomp_slots[i] | (generation mod 64) << 1 | 1
+ * The objects are 128-byte aligned, so bits 0..6 are free for the tag.
+ * No runtime handle can look like one: libgomp's and libomp's predefined
+ * handles are small integers, their user allocators are pointers to their
+ * own heap structs (even), and heap pointers never point into our .bss.
+ * Deciding "ours" is a bit test and one range compare, with no dereference
+ * of a foreign value. The generation catches a stale handle (used after
+ * omp_destroy_allocator) unless the slot was reused 64 times since. */
+
+enum rkomp_space_kind {
+    RKOMP_SPACE_DEVICE = 0,
+    RKOMP_SPACE_MANAGED = 1,
+    RKOMP_SPACE_PINNED = 2,
+    RKOMP_SPACE_COUNT = 3,
+    RKOMP_SPACE_FOREIGN = 3 /* a runtime allocator wrapped for an allocator_fb of ours */
+};
+
+#define RKOMP_SLOT_ALIGN 128u
+#define RKOMP_GEN_MASK 63u
+#define RKOMP_MAX_ALLOCATORS 8192u /* live at once, predefined included */
+#define RKOMP_NPREDEFINED 3u       /* slots 0..2: device, managed, pinned */
+
+enum { RKOMP_STATE_FREE = 0, RKOMP_STATE_LIVE = 1, RKOMP_STATE_DYING = 2 };
+
+typedef struct rkomp_allocator {
+    unsigned state; /* atomic: RKOMP_STATE_* */
+    unsigned gen;   /* bumped at each destroy */
+    int space;      /* enum rkomp_space_kind */
+    int fallback;   /* RKOMP_ATV_*_FB */
+    rkomp_handle_t fb_data;
+    size_t alignment;          /* alignment trait (1 = none) */
+    size_t pool_size;          /* 0 = none */
+    rankmem_resource_t *chain; /* own chain (one reference), or NULL: the space's resource */
+    rkomp_handle_t foreign;    /* RKOMP_SPACE_FOREIGN: the runtime's allocator */
+    unsigned sync_hint, access, pinned, partition; /* as given (for the record) */
+    unsigned next_free; /* free-slot queue link (index), under the slot lock */
+} rkomp_allocator_t;
+
+typedef union rkomp_slot {
+    rkomp_allocator_t a;
+    char pad[RKOMP_SLOT_ALIGN];
+} __attribute__((aligned(RKOMP_SLOT_ALIGN))) rkomp_slot_t;
+
+typedef union rkomp_space_obj {
+    int kind;
+    char pad[RKOMP_SLOT_ALIGN];
+} __attribute__((aligned(RKOMP_SLOT_ALIGN))) rkomp_space_obj_t;
+
+RKOMP_HIDDEN extern rkomp_slot_t rkomp_slots[RKOMP_MAX_ALLOCATORS];
+RKOMP_HIDDEN extern rkomp_space_obj_t rkomp_spaces[RKOMP_SPACE_COUNT];
+
+/* Whether h is in our allocator range (live or not). */
+static inline int rkomp_in_range(rkomp_handle_t h)
+{
+    return (h & 1u) && (h & ~(uintptr_t)(RKOMP_SLOT_ALIGN - 1)) - (uintptr_t)rkomp_slots <
+                           sizeof rkomp_slots;
+}
+
+/* The live allocator behind h, or NULL (foreign, stale or never created). */
+static inline rkomp_allocator_t *rkomp_lookup(rkomp_handle_t h)
+{
+    if (!rkomp_in_range(h))
+        return NULL;
+    rkomp_allocator_t *a =
+        &((rkomp_slot_t *)(h & ~(uintptr_t)(RKOMP_SLOT_ALIGN - 1)))->a;
+    if (__atomic_load_n(&a->state, __ATOMIC_ACQUIRE) != RKOMP_STATE_LIVE ||
+        (a->gen & RKOMP_GEN_MASK) != ((h >> 1) & RKOMP_GEN_MASK))
+        return NULL;
+    return a;
+}
+
+static inline rkomp_handle_t rkomp_handle_of(const rkomp_allocator_t *a)
+{
+    return (uintptr_t)a | ((uintptr_t)(a->gen & RKOMP_GEN_MASK) << 1) | 1u;
+}
+
+/* Kind of one of our memory spaces, or -1 when h is not one. */
+static inline int rkomp_space_of(rkomp_handle_t h)
+{
+    for (int i = 0; i < RKOMP_SPACE_COUNT; i++)
+        if (h == ((uintptr_t)&rkomp_spaces[i] | 1u))
+            return i;
+    return -1;
+}
+
+/* A free slot, state still FREE, or NULL when all are in use. */
+RKOMP_HIDDEN rkomp_allocator_t *rkomp_slot_get(void);
+/* Give a slot back (after its state left LIVE): generation bumped, queued. */
+RKOMP_HIDDEN void rkomp_slot_put(rkomp_allocator_t *a);
+
+/* The resource a space serves from, borrowed: the current device's resource,
+ * or the shared managed / pinned instance (host memory without a GPU). */
+RKOMP_HIDDEN rankmem_status_t rkomp_space_resource(int space, rankmem_resource_t **mr_p);
+
+/* ---- the runtime's own functions (runtime.c) ---- */
+
+typedef struct rkomp_runtime {
+    void *(*alloc)(size_t, rkomp_handle_t);
+    void *(*aligned_alloc)(size_t, size_t, rkomp_handle_t);
+    void *(*calloc)(size_t, size_t, rkomp_handle_t);
+    void *(*aligned_calloc)(size_t, size_t, size_t, rkomp_handle_t);
+    void *(*realloc)(void *, size_t, rkomp_handle_t, rkomp_handle_t);
+    void (*free)(void *, rkomp_handle_t);
+    rkomp_handle_t (*init_allocator)(rkomp_handle_t, int, const rkomp_trait_t *);
+    void (*destroy_allocator)(rkomp_handle_t);
+    void (*set_default_allocator)(rkomp_handle_t);
+    rkomp_handle_t (*get_default_allocator)(void);
+    void *(*gomp_alloc)(size_t, size_t, rkomp_handle_t);
+    void (*gomp_free)(void *, rkomp_handle_t);
+    void *(*kmpc_alloc)(int, size_t, rkomp_handle_t);
+    void *(*kmpc_aligned_alloc)(int, size_t, size_t, rkomp_handle_t);
+    void *(*kmpc_calloc)(int, size_t, size_t, rkomp_handle_t);
+    void *(*kmpc_realloc)(int, void *, size_t, rkomp_handle_t, rkomp_handle_t);
+    void (*kmpc_free)(int, void *, rkomp_handle_t);
+} rkomp_runtime_t;
+
+/* Resolved once (thread-safe), on first use or at load. Members the runtime
+ * lacks are NULL. */
+RKOMP_HIDDEN const rkomp_runtime_t *rkomp_rt(void);
+
+/* The calling thread's default allocator (def-allocator-var): the runtime's
+ * ICV, which holds our handles too; without a runtime, a thread-local. */
+RKOMP_HIDDEN rkomp_handle_t rkomp_get_default(void);
+RKOMP_HIDDEN void rkomp_set_default(rkomp_handle_t h);
+
+/* Our own omp_alloc under a hidden name (alloc.c): &omp_alloc inside this
+ * library goes through the GOT and may name the runtime's. */
+RKOMP_HIDDEN void *rkomp_self_omp_alloc(size_t size, rkomp_handle_t allocator);
+
+/* Nonzero when the program's omp_alloc is ours (link order or LD_PRELOAD). */
+RKOMP_HIDDEN int rkomp_interposed(void);
+
+/* RANKMEM_OMP_FREE_SYNC (default on): wait for the device before device
+ * memory freed by omp_free goes back to its resource. */
+RKOMP_HIDDEN int rkomp_free_sync(void);
+
+/* ---- live blocks: pointer -> block (blockmap.c) ---- */
+
+typedef struct rkomp_block {
+    void *ptr;                /* NULL = empty slot */
+    rankmem_resource_t *mr;   /* one reference held for the block's life */
+    size_t bytes;
+    size_t alignment;         /* what rankmem_allocate got */
+    rkomp_handle_t allocator; /* the handle it was allocated through */
+} rkomp_block_t;
+
+RKOMP_HIDDEN rankmem_status_t rkomp_map_insert(const rkomp_block_t *b);
+/* 1 and *b_p filled when ptr is ours (and, for remove, forgotten); else 0. */
+RKOMP_HIDDEN int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p);
+RKOMP_HIDDEN int rkomp_map_get(const void *ptr, rkomp_block_t *b_p);
+/* Nonzero once any block was ever inserted: lets programs that never use our
+ * allocators free without a lookup. */
+RKOMP_HIDDEN int rkomp_map_used(void);
+
+/* ---- serving (alloc.c) ---- */
+
+/* Allocate through one of our live allocators, fallback included. */
+RKOMP_HIDDEN void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size,
+                                    int zero, int depth);
+
+#endif

@@ -1,0 +1,389 @@
+/* omp_init_allocator / omp_destroy_allocator: allocators on our memory
+ * spaces are built from their traits into a rankmem chain; everything else
+ * goes to the runtime. docs/openmp.md lists what each trait does. */
+#include "omp_internal.h"
+
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* ---- runtime allocators created through us ----
+ * Remembered so that destroying one twice (or a value that never was an
+ * allocator) is reported and ignored instead of reaching the runtime, which
+ * would free its struct twice. Only init/destroy touch this set. */
+static pthread_mutex_t foreign_lock = PTHREAD_MUTEX_INITIALIZER;
+static rkomp_handle_t *foreign_set;
+static size_t foreign_count, foreign_cap;
+
+/* Predefined handles of either runtime (libgomp 1..8 and up to 2xx for its
+ * extensions, libomp 1..8 and 100..102): never destroyed, passed through. */
+#define RKOMP_RUNTIME_PREDEFINED_MAX 1024u
+
+static void foreign_add(rkomp_handle_t h)
+{
+    pthread_mutex_lock(&foreign_lock);
+    if (foreign_count == foreign_cap) {
+        size_t cap = foreign_cap ? foreign_cap * 2 : 16;
+        rkomp_handle_t *n = realloc(foreign_set, cap * sizeof *n);
+        if (!n) { /* not remembered: its destroy then passes through unchecked */
+            pthread_mutex_unlock(&foreign_lock);
+            return;
+        }
+        foreign_set = n;
+        foreign_cap = cap;
+    }
+    foreign_set[foreign_count++] = h;
+    pthread_mutex_unlock(&foreign_lock);
+}
+
+/* 1: was remembered, now forgotten; 0: unknown. */
+static int foreign_remove(rkomp_handle_t h)
+{
+    int found = 0;
+    pthread_mutex_lock(&foreign_lock);
+    for (size_t i = 0; i < foreign_count; i++)
+        if (foreign_set[i] == h) {
+            foreign_set[i] = foreign_set[--foreign_count];
+            found = 1;
+            break;
+        }
+    pthread_mutex_unlock(&foreign_lock);
+    return found;
+}
+
+/* ---- traits ---- */
+
+typedef struct parsed {
+    unsigned sync_hint, access, pinned, partition;
+    int fallback;
+    rkomp_handle_t fb_data;
+    int has_fb_data;
+    size_t alignment, pool_size;
+} parsed_t;
+
+static int invalid(const char *why, int key, uintptr_t value)
+{
+    /* The spec's answer to a bad trait is omp_null_allocator; say why once
+     * per call on stderr only when asked (RANKMEM_OMP_VERBOSE), since
+     * probing for support with odd values is legitimate. */
+    const char *v = getenv("RANKMEM_OMP_VERBOSE");
+    if (v && *v && strcmp(v, "0") != 0)
+        fprintf(stderr, "rankmem_omp: omp_init_allocator: trait %d = %#lx: %s\n", key,
+                (unsigned long)value, why);
+    return -1;
+}
+
+/* 0 on success, -1 for an invalid trait set (the caller returns
+ * omp_null_allocator). */
+static int parse(int space, int ntraits, const rkomp_trait_t *traits, parsed_t *p)
+{
+    memset(p, 0, sizeof *p);
+    p->sync_hint = RKOMP_ATV_CONTENDED;
+    p->access = RKOMP_ATV_ALL;
+    p->pinned = RKOMP_ATV_FALSE;
+    p->partition = RKOMP_ATV_ENVIRONMENT;
+    p->fallback = RKOMP_ATV_DEFAULT_MEM_FB;
+    p->alignment = 1;
+    if (ntraits < 0 || (ntraits > 0 && !traits))
+        return invalid("bad trait count or NULL trait array", 0, (uintptr_t)ntraits);
+    for (int i = 0; i < ntraits; i++) {
+        int k = traits[i].key;
+        uintptr_t v = traits[i].value;
+        int dflt = v == RKOMP_ATV_DEFAULT;
+        switch (k) {
+        case RKOMP_ATK_SYNC_HINT:
+            if (dflt)
+                v = RKOMP_ATV_CONTENDED;
+            if (v < RKOMP_ATV_CONTENDED || v > RKOMP_ATV_PRIVATE)
+                return invalid("sync_hint takes contended, uncontended, serialized or private",
+                               k, v);
+            p->sync_hint = (unsigned)v;
+            break;
+        case RKOMP_ATK_ALIGNMENT:
+            if (dflt)
+                v = 1;
+            if (!v || (v & (v - 1)))
+                return invalid("alignment must be a power of two", k, v);
+            p->alignment = v;
+            break;
+        case RKOMP_ATK_ACCESS:
+            if (dflt)
+                v = RKOMP_ATV_ALL;
+            if (v < RKOMP_ATV_ALL || v > RKOMP_ATV_CGROUP)
+                return invalid("access takes all, cgroup, pteam or thread", k, v);
+            p->access = (unsigned)v;
+            break;
+        case RKOMP_ATK_POOL_SIZE:
+            if (dflt) {
+                p->pool_size = 0;
+                break;
+            }
+            if (!v)
+                return invalid("pool_size must be a positive number of bytes", k, v);
+            p->pool_size = v;
+            break;
+        case RKOMP_ATK_FALLBACK:
+            if (dflt)
+                v = RKOMP_ATV_DEFAULT_MEM_FB;
+            if (v < RKOMP_ATV_DEFAULT_MEM_FB || v > RKOMP_ATV_ALLOCATOR_FB)
+                return invalid("fallback takes default_mem_fb, null_fb, abort_fb or allocator_fb",
+                               k, v);
+            p->fallback = (int)v;
+            break;
+        case RKOMP_ATK_FB_DATA:
+            /* An allocator handle: ours must be live; a runtime's cannot be
+             * checked here (the runtime checks it when it is used). */
+            if (v == RKOMP_NULL_ALLOCATOR || (rkomp_in_range(v) && !rkomp_lookup(v)))
+                return invalid("fb_data must be a live allocator", k, v);
+            p->fb_data = v;
+            p->has_fb_data = 1;
+            break;
+        case RKOMP_ATK_PINNED:
+            if (dflt)
+                v = RKOMP_ATV_FALSE;
+            if (v != RKOMP_ATV_TRUE && v != RKOMP_ATV_FALSE)
+                return invalid("pinned takes true or false", k, v);
+            /* Managed memory migrates between host and device: it cannot
+             * promise to stay put. Device memory never pages, and the pinned
+             * space is pinned by construction. */
+            if (v == RKOMP_ATV_TRUE && space == RKOMP_SPACE_MANAGED)
+                return invalid("managed memory cannot be pinned", k, v);
+            p->pinned = (unsigned)v;
+            break;
+        case RKOMP_ATK_PARTITION:
+            if (dflt)
+                v = RKOMP_ATV_ENVIRONMENT;
+            if (v < RKOMP_ATV_ENVIRONMENT || v > RKOMP_ATV_INTERLEAVED)
+                return invalid("partition takes environment, nearest, blocked or interleaved", k,
+                               v);
+            p->partition = (unsigned)v;
+            break;
+        default: return invalid("unknown trait key", k, v);
+        }
+    }
+    if (p->fallback == RKOMP_ATV_ALLOCATOR_FB && !p->has_fb_data)
+        return invalid("allocator_fb needs an fb_data allocator", RKOMP_ATK_FALLBACK,
+                       RKOMP_ATV_ALLOCATOR_FB);
+    return 0;
+}
+
+/* The chain an allocator owns: limit for pool_size, a per-thread cache for
+ * sync_hint private. Device allocators with neither follow the current
+ * device's resource on every call instead (chain NULL). */
+static rankmem_status_t build_chain(int space, const parsed_t *p, rankmem_resource_t **chain_p)
+{
+    *chain_p = NULL;
+    int own = p->pool_size || p->sync_hint == RKOMP_ATV_PRIVATE;
+    if (!own && space == RKOMP_SPACE_DEVICE)
+        return RANKMEM_SUCCESS;
+    rankmem_resource_t *base, *mr;
+    rankmem_status_t st = rkomp_space_resource(space, &base);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    if ((st = rankmem_resource_retain(base)) != RANKMEM_SUCCESS)
+        return st;
+    mr = base;
+    if (p->pool_size) {
+        rankmem_resource_t *lim;
+        st = rankmem_limit_create(mr, p->pool_size, &lim);
+        rankmem_resource_release(mr);
+        if (st != RANKMEM_SUCCESS)
+            return st;
+        mr = lim;
+    }
+    if (p->sync_hint == RKOMP_ATV_PRIVATE) {
+        rankmem_resource_t *cache;
+        st = rankmem_caching_create(mr, NULL, &cache);
+        rankmem_resource_release(mr);
+        if (st != RANKMEM_SUCCESS)
+            return st;
+        mr = cache;
+    }
+    *chain_p = mr;
+    return RANKMEM_SUCCESS;
+}
+
+static void fill(rkomp_allocator_t *a, int space, const parsed_t *p)
+{
+    a->space = space;
+    a->fallback = p->fallback;
+    a->fb_data = p->fb_data;
+    a->alignment = p->alignment;
+    a->pool_size = p->pool_size;
+    a->sync_hint = p->sync_hint;
+    a->access = p->access;
+    a->pinned = p->pinned;
+    a->partition = p->partition;
+}
+
+static rkomp_handle_t publish(rkomp_allocator_t *a)
+{
+    rkomp_handle_t h = rkomp_handle_of(a);
+    __atomic_store_n(&a->state, RKOMP_STATE_LIVE, __ATOMIC_RELEASE);
+    return h;
+}
+
+/* A runtime memory space with fb_data naming one of ours: the runtime would
+ * dereference our handle as its own struct. The runtime gets the traits
+ * without fb_data (and with null_fb where the fallback is allocator_fb); a
+ * wrapper of ours then applies the allocator_fb fallback. */
+static rkomp_handle_t init_foreign_with_our_fb(const rkomp_runtime_t *r, rkomp_handle_t memspace,
+                                               int ntraits, const rkomp_trait_t *traits,
+                                               const parsed_t *p)
+{
+    rkomp_trait_t *t = malloc((size_t)ntraits * sizeof *t);
+    if (!t)
+        return RKOMP_NULL_ALLOCATOR;
+    int wrap = p->fallback == RKOMP_ATV_ALLOCATOR_FB, n = 0;
+    for (int i = 0; i < ntraits; i++) {
+        if (traits[i].key == RKOMP_ATK_FB_DATA)
+            continue;
+        t[n] = traits[i];
+        if (wrap && t[n].key == RKOMP_ATK_FALLBACK)
+            t[n].value = RKOMP_ATV_NULL_FB;
+        n++;
+    }
+    rkomp_handle_t inner = r->init_allocator(memspace, n, t);
+    free(t);
+    if (inner == RKOMP_NULL_ALLOCATOR)
+        return RKOMP_NULL_ALLOCATOR;
+    if (!wrap) {
+        if (inner > RKOMP_RUNTIME_PREDEFINED_MAX)
+            foreign_add(inner);
+        return inner;
+    }
+    rkomp_allocator_t *a = rkomp_slot_get();
+    if (!a) {
+        r->destroy_allocator(inner);
+        return RKOMP_NULL_ALLOCATOR;
+    }
+    parsed_t w;
+    memset(&w, 0, sizeof w);
+    w.fallback = RKOMP_ATV_ALLOCATOR_FB;
+    w.fb_data = p->fb_data;
+    w.alignment = p->alignment;
+    fill(a, RKOMP_SPACE_FOREIGN, &w);
+    a->foreign = inner;
+    return publish(a);
+}
+
+RKOMP_EXPORT rkomp_handle_t omp_init_allocator(rkomp_handle_t memspace, int ntraits,
+                                               const rkomp_trait_t *traits)
+{
+    const rkomp_runtime_t *r = rkomp_rt();
+    int space = rkomp_space_of(memspace);
+    if (space < 0) {
+        if (!r->init_allocator)
+            return RKOMP_NULL_ALLOCATOR;
+        if (ntraits > 0 && traits) {
+            int fb_ours = 0;
+            for (int i = 0; i < ntraits; i++)
+                if (traits[i].key == RKOMP_ATK_FB_DATA && rkomp_in_range(traits[i].value))
+                    fb_ours = 1;
+            if (fb_ours) {
+                parsed_t p;
+                if (parse(RKOMP_SPACE_FOREIGN, ntraits, traits, &p) != 0)
+                    return RKOMP_NULL_ALLOCATOR;
+                return init_foreign_with_our_fb(r, memspace, ntraits, traits, &p);
+            }
+        }
+        rkomp_handle_t h = r->init_allocator(memspace, ntraits, traits);
+        if (h > RKOMP_RUNTIME_PREDEFINED_MAX)
+            foreign_add(h);
+        return h;
+    }
+    parsed_t p;
+    if (parse(space, ntraits, traits, &p) != 0)
+        return RKOMP_NULL_ALLOCATOR;
+    rkomp_allocator_t *a = rkomp_slot_get();
+    if (!a) {
+        fprintf(stderr, "rankmem_omp: omp_init_allocator: %u allocators are live, the most "
+                        "librankmem_omp keeps at once\n",
+                RKOMP_MAX_ALLOCATORS);
+        return RKOMP_NULL_ALLOCATOR;
+    }
+    rankmem_resource_t *chain;
+    if (build_chain(space, &p, &chain) != RANKMEM_SUCCESS) {
+        rkomp_slot_put(a);
+        return RKOMP_NULL_ALLOCATOR;
+    }
+    fill(a, space, &p);
+    a->chain = chain;
+    return publish(a);
+}
+
+RKOMP_EXPORT void omp_destroy_allocator(rkomp_handle_t allocator)
+{
+    if (allocator == RKOMP_NULL_ALLOCATOR)
+        return;
+    if (!rkomp_in_range(allocator)) {
+        const rkomp_runtime_t *r = rkomp_rt();
+        /* libgomp frees whatever it is given, predefined handles included. */
+        if (allocator <= RKOMP_RUNTIME_PREDEFINED_MAX)
+            return;
+        if (!foreign_remove(allocator)) {
+            fprintf(stderr,
+                    "rankmem_omp: omp_destroy_allocator(%#lx): not a live allocator (destroyed "
+                    "twice?); ignored\n",
+                    (unsigned long)allocator);
+            return;
+        }
+        if (r->destroy_allocator)
+            r->destroy_allocator(allocator);
+        return;
+    }
+    rkomp_allocator_t *a = rkomp_lookup(allocator);
+    unsigned idx = a ? (unsigned)((rkomp_slot_t *)a - rkomp_slots) : 0;
+    if (a && idx < RKOMP_NPREDEFINED) {
+        fprintf(stderr, "rankmem_omp: omp_destroy_allocator: rankmem's predefined allocators "
+                        "cannot be destroyed; ignored\n");
+        return;
+    }
+    unsigned live = RKOMP_STATE_LIVE;
+    /* Only one of two racing destroys wins the slot. */
+    if (!a || !__atomic_compare_exchange_n(&a->state, &live, RKOMP_STATE_DYING, 0,
+                                           __ATOMIC_ACQ_REL, __ATOMIC_RELAXED)) {
+        fprintf(stderr,
+                "rankmem_omp: omp_destroy_allocator(%#lx): not a live allocator (destroyed "
+                "twice?); ignored\n",
+                (unsigned long)allocator);
+        return;
+    }
+    /* Blocks still live hold their own reference on the chain: freeing them
+     * later stays safe, and the chain goes when the last of them does. */
+    if (a->chain)
+        rankmem_resource_release(a->chain);
+    if (a->space == RKOMP_SPACE_FOREIGN && a->foreign) {
+        const rkomp_runtime_t *r = rkomp_rt();
+        if (r->destroy_allocator)
+            r->destroy_allocator(a->foreign);
+    }
+    rkomp_slot_put(a);
+}
+
+/* ---- public extras (rankmem_omp.h) ---- */
+
+RKOMP_EXPORT rankmem_status_t rankmem_omp_allocator_resource(rkomp_handle_t allocator,
+                                                             rankmem_resource_t **mr_p)
+{
+    if (!mr_p)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    rkomp_allocator_t *a = rkomp_lookup(allocator);
+    if (!a || a->space == RKOMP_SPACE_FOREIGN)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    if (a->chain) {
+        *mr_p = a->chain;
+        return RANKMEM_SUCCESS;
+    }
+    return rkomp_space_resource(a->space, mr_p);
+}
+
+RKOMP_EXPORT rankmem_status_t rankmem_omp_is_rankmem_allocator(rkomp_handle_t allocator,
+                                                               int *ours_p)
+{
+    if (!ours_p)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    *ours_p = rkomp_lookup(allocator) != NULL;
+    return RANKMEM_SUCCESS;
+}

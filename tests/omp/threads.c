@@ -1,0 +1,118 @@
+/* librankmem_omp under 16 threads: each allocates, writes, checks and frees
+ * through the predefined allocators, a shared pool_size allocator (null_fb),
+ * a sync_hint private allocator, the runtime's own allocator, reallocs that
+ * cross between them, and allocate clauses. At the end nothing is live in
+ * the rank's resource. Run under ThreadSanitizer by hand (docs/openmp.md). */
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "omp_test.h"
+
+#define NTHREADS 16
+#define ITERS 1500
+
+int main(void)
+{
+    diag("runtime: %s, %d threads", RT_NAME, NTHREADS);
+    rankmem_resource_t *cur = NULL, *st = NULL;
+    if (rankmem_get_current_resource(&cur) != RANKMEM_SUCCESS ||
+        rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
+        rankmem_stats_create(cur, &st) != RANKMEM_SUCCESS ||
+        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
+        BAIL_OUT("cannot install a stats adaptor as the current resource");
+
+    omp_alloctrait_t tp[2] = {{omp_atk_pool_size, 1 << 20}, {omp_atk_fallback, omp_atv_null_fb}};
+    omp_allocator_handle_t pool = omp_init_allocator(rankmem_omp_device_mem_space, 2, tp);
+    omp_alloctrait_t tv[1] = {{omp_atk_sync_hint, omp_atv_private}};
+    omp_allocator_handle_t priv = omp_init_allocator(rankmem_omp_device_mem_space, 1, tv);
+    if (pool == omp_null_allocator || priv == omp_null_allocator)
+        BAIL_OUT("cannot create the test allocators");
+    omp_allocator_handle_t all[6] = {rankmem_omp_device_mem_alloc, rankmem_omp_managed_mem_alloc,
+                                     rankmem_omp_pinned_mem_alloc, pool, priv,
+                                     omp_default_mem_alloc};
+
+    /* Totals through atomics rather than a reduction: libgomp's reduction
+     * synchronises inside the (uninstrumented) runtime, which
+     * ThreadSanitizer would report as races. */
+    int t_bad = 0, t_served = 0, t_refused = 0, t_clause = 0;
+#pragma omp parallel num_threads(NTHREADS)
+    {
+        int bad = 0, served = 0, refused = 0, clause = 0;
+        unsigned seed = 12345u + 977u * (unsigned)omp_get_thread_num();
+        unsigned char tag = (unsigned char)(omp_get_thread_num() + 1);
+        void *keep[8] = {0};
+        size_t keep_n[8] = {0};
+        for (int i = 0; i < ITERS; i++) {
+            if (i % 100 == 0) {
+                double x[32];
+#pragma omp parallel num_threads(1) private(x) allocate(rankmem_omp_device_mem_alloc : x)
+                {
+                    clause += is_ours(x);
+                    x[0] = 1;
+                }
+                (void)x;
+            }
+            seed = seed * 1103515245u + 12345u;
+            omp_allocator_handle_t a = all[(seed >> 8) % 6];
+            size_t n = 1 + (seed >> 12) % 5000;
+            int slot = (int)((seed >> 4) % 8);
+            if (keep[slot]) {
+                bad += !all_bytes(keep[slot], tag, keep_n[slot]);
+                if ((seed >> 20) % 3 == 0) {
+                    /* realloc into another allocator: contents must follow */
+                    omp_allocator_handle_t b = all[(seed >> 24) % 6];
+                    size_t m = 1 + (seed >> 16) % 3000;
+                    unsigned char *q = omp_realloc(keep[slot], m, b, omp_null_allocator);
+                    if (q) {
+                        size_t common = m < keep_n[slot] ? m : keep_n[slot];
+                        bad += !all_bytes(q, tag, common);
+                        memset(q, tag, m);
+                        keep[slot] = q;
+                        keep_n[slot] = m;
+                        continue;
+                    }
+                    refused++;
+                }
+                omp_free(keep[slot], omp_null_allocator);
+                keep[slot] = NULL;
+            }
+            unsigned char *p = (seed >> 28) & 1 ? omp_calloc(1, n, a) : omp_alloc(n, a);
+            if (!p) {
+                refused++; /* only the 1 MiB pool may refuse */
+                bad += a != pool;
+                continue;
+            }
+            served++;
+            memset(p, tag, n);
+            keep[slot] = p;
+            keep_n[slot] = n;
+        }
+        for (int s = 0; s < 8; s++)
+            if (keep[s]) {
+                bad += !all_bytes(keep[s], tag, keep_n[s]);
+                omp_free(keep[s], omp_null_allocator);
+            }
+        __atomic_fetch_add(&t_bad, bad, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&t_served, served, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&t_refused, refused, __ATOMIC_RELEASE);
+        __atomic_fetch_add(&t_clause, clause, __ATOMIC_RELEASE);
+    }
+    int bad = __atomic_load_n(&t_bad, __ATOMIC_ACQUIRE);
+    int served = __atomic_load_n(&t_served, __ATOMIC_ACQUIRE);
+    int refused = __atomic_load_n(&t_refused, __ATOMIC_ACQUIRE);
+    int clause = __atomic_load_n(&t_clause, __ATOMIC_ACQUIRE);
+    ok(bad == 0, "16 threads: no block lost its contents or came from the wrong place (%d)", bad);
+    ok(served > NTHREADS * ITERS / 2, "most requests were served (%d, %d refused)", served, refused);
+    ok(clause == NTHREADS * (ITERS / 100), "allocate clauses inside: %d from rankmem", clause);
+    omp_destroy_allocator(pool);
+    omp_destroy_allocator(priv);
+    rankmem_stats_t s = {.size = sizeof s};
+    rankmem_stats_get(st, &s);
+    ok(s.count_current == 0 && s.bytes_current == 0 && s.count_total > 0,
+       "the rank's resource: nothing live at the end (%zu blocks of %zu total)", s.count_current,
+       s.count_total);
+    rankmem_set_current_resource(cur);
+    rankmem_resource_release(st);
+    rankmem_resource_release(cur);
+    return tap_done();
+}
