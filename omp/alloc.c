@@ -43,7 +43,9 @@ static int gpu_count(void)
 static int enter_device(int dev)
 {
     int cur;
-    if (dev < 0 || cudaGetDevice(&cur) != cudaSuccess || cur == dev)
+    /* With one visible device it is always the current one: no CUDA call
+     * (this is on every omp_free of device memory). */
+    if (dev < 0 || gpu_count() == 1 || cudaGetDevice(&cur) != cudaSuccess || cur == dev)
         return -1;
     return cudaSetDevice(dev) == cudaSuccess ? cur : -1;
 }

@@ -17,8 +17,8 @@
 typedef struct shard {
     pthread_mutex_t lock;
     rkomp_block_t *slots;
-    size_t mask; /* capacity - 1; 0 while slots is NULL */
-    size_t count;
+    size_t mask;  /* capacity - 1; 0 while slots is NULL */
+    size_t count; /* written under the lock, atomically: read without it (lookup) */
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[NSHARDS];
@@ -85,7 +85,7 @@ rankmem_status_t rkomp_map_insert(const rkomp_block_t *b)
     }
     size_t i = probe(s, b->ptr, h);
     if (!s->slots[i].ptr)
-        s->count++;
+        __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
     s->slots[i] = *b;
     pthread_mutex_unlock(&s->lock);
     if (RKOMP_UNLIKELY(!__atomic_load_n(&ever_used, __ATOMIC_RELAXED)))
@@ -97,9 +97,17 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
 {
     if (!ptr)
         return 0;
-    pthread_once(&shards_once, shards_init);
     uint64_t h = mix(ptr);
     shard_t *s = shard_of(h);
+    /* An empty shard cannot hold ptr: skip the lock. This is what keeps
+     * omp_free of the runtime's blocks cheap once rankmem has served some
+     * (few live blocks of ours leave most shards empty). Safe without the
+     * lock: if ptr is ours, its insertion happened before this free (the
+     * program got ptr from that allocation), so the count it raised is
+     * seen, and only freeing ptr itself could bring it back down. */
+    if (!__atomic_load_n(&s->count, __ATOMIC_RELAXED))
+        return 0;
+    pthread_once(&shards_once, shards_init);
     pthread_mutex_lock(&s->lock);
     if (!s->count) {
         pthread_mutex_unlock(&s->lock);
@@ -126,7 +134,7 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
             }
         }
         memset(&s->slots[hole], 0, sizeof s->slots[hole]);
-        s->count--;
+        __atomic_store_n(&s->count, s->count - 1, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&s->lock);
     return 1;
