@@ -1,0 +1,876 @@
+/* rankmem-report: reading a report (JSON of any schema we wrote, or CSV).
+ *
+ * The format is told by the content, not the name: a JSON document starts
+ * with '{', the CSV with its header "rank,...". Every value is checked for
+ * its type and range, and a problem is reported with the line and column
+ * where it is, so that a hand-edited or cut-off file is refused with a
+ * message that points at the place. Keys and columns we do not know are
+ * ignored (docs/report.md: new keys may come without a new schema). */
+#include "report.h"
+#include "json.h"
+
+#include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+
+const rr_field_t rr_fields[RR_NAGG] = {
+    {"bytes_peak", "peak bytes", RR_UNIT_BYTES},
+    {"bytes_current", "leaked bytes", RR_UNIT_BYTES},
+    {"bytes_total", "total bytes", RR_UNIT_BYTES},
+    {"count_total", "allocations", RR_UNIT_COUNT},
+    {"count_peak", "peak allocations", RR_UNIT_COUNT},
+    {"count_current", "live allocations", RR_UNIT_COUNT},
+    {"reserved_peak", "reserved peak", RR_UNIT_BYTES},
+    {"alloc_ns", "alloc time", RR_UNIT_NS},
+    {"staged_bytes", "staged bytes", RR_UNIT_BYTES},
+    {"staged_messages", "staged messages", RR_UNIT_COUNT},
+};
+
+/* A reading in progress: where messages go. */
+typedef struct {
+    const char *name;
+    char *err;
+    size_t cap;
+    int failed;
+} rctx_t;
+
+static void fail(rctx_t *c, int line, int col, const char *fmt, ...)
+    __attribute__((format(printf, 4, 5)));
+
+/* "name:line:col: message" (line/col left out when 0); the first error wins. */
+static void fail(rctx_t *c, int line, int col, const char *fmt, ...)
+{
+    if (c->failed)
+        return;
+    c->failed = 1;
+    char msg[512];
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(msg, sizeof msg, fmt, ap);
+    va_end(ap);
+    if (line > 0 && col > 0)
+        snprintf(c->err, c->cap, "%s:%d:%d: %s", c->name, line, col, msg);
+    else if (line > 0)
+        snprintf(c->err, c->cap, "%s:%d: %s", c->name, line, msg);
+    else
+        snprintf(c->err, c->cap, "%s: %s", c->name, msg);
+}
+
+static char *dup_str(const char *s)
+{
+    size_t n = strlen(s);
+    char *d = malloc(n + 1);
+    if (d)
+        memcpy(d, s, n + 1);
+    return d;
+}
+
+void rr_report_free(rr_report_t *rep)
+{
+    if (!rep)
+        return;
+    for (size_t i = 0; i < rep->n; i++) {
+        rr_rank_t *r = &rep->ranks[i];
+        free(r->host);
+        free(r->device_name);
+        free(r->pci_bus_id);
+        free(r->bind_mode);
+        free(r->spec);
+    }
+    free(rep->ranks);
+    free(rep->path);
+    free(rep->generator);
+    free(rep->phase);
+    free(rep->trigger);
+    free(rep->job_id);
+    free(rep->job_id_source);
+    free(rep->time);
+    free(rep->writer_host);
+    memset(rep, 0, sizeof *rep);
+}
+
+/* ------------------------------------------------------------------------
+ * The record's fields, shared by the JSON and CSV readers: what each is and
+ * where it goes. Both formats carry the same names (docs/report.md). */
+
+typedef enum { K_INT, K_UINT32, K_U64, K_STR, K_DOUBLE } kind_t;
+
+typedef struct {
+    const char *key;
+    kind_t kind;
+    size_t off; /* into rr_rank_t */
+} rec_field_t;
+
+#define RF(name, kind) {#name, kind, offsetof(rr_rank_t, name)}
+#define RV(name, idx) {#name, K_U64, offsetof(rr_rank_t, v) + (idx) * sizeof(uint64_t)}
+static const rec_field_t rec_fields[] = {
+    RF(rank, K_INT),
+    RF(size, K_INT),
+    RF(host, K_STR),
+    RF(local_rank, K_INT),
+    RF(local_size, K_INT),
+    RF(env_local_rank, K_INT),
+    RF(device, K_INT),
+    RF(node_devices, K_INT),
+    RF(device_name, K_STR),
+    RF(pci_bus_id, K_STR),
+    RF(bind_mode, K_STR),
+    RF(spec, K_STR),
+    RF(flags, K_UINT32),
+    RV(bytes_peak, RR_BYTES_PEAK),
+    RV(bytes_current, RR_BYTES_CURRENT),
+    RV(bytes_total, RR_BYTES_TOTAL),
+    RV(count_total, RR_COUNT_TOTAL),
+    RV(count_peak, RR_COUNT_PEAK),
+    RV(count_current, RR_COUNT_CURRENT),
+    RV(reserved_peak, RR_RESERVED_PEAK),
+    RV(alloc_ns, RR_ALLOC_NS),
+    RV(staged_bytes, RR_STAGED_BYTES),
+    RV(staged_messages, RR_STAGED_MESSAGES),
+    RF(dev_total_init, K_U64),
+    RF(dev_free_init, K_U64),
+    RF(dev_total_final, K_U64),
+    RF(dev_free_final, K_U64),
+    RF(staged_ns, K_U64),
+    RF(wall_s, K_DOUBLE),
+    RF(version, K_UINT32),
+};
+#define NREC (sizeof rec_fields / sizeof rec_fields[0])
+
+/* Every string of a record starts as "" so that nothing is NULL, even in a
+ * record left half-read by an error. Returns -1 out of memory. */
+static int rank_init(rr_rank_t *r)
+{
+    memset(r, 0, sizeof *r);
+    r->wall_s = NAN;
+    for (size_t k = 0; k < NREC; k++)
+        if (rec_fields[k].kind == K_STR) {
+            char *s = dup_str("");
+            if (!s)
+                return -1;
+            *(char **)((char *)r + rec_fields[k].off) = s;
+        }
+    return 0;
+}
+
+static int set_str(char **slot, const char *s)
+{
+    char *d = dup_str(s);
+    if (!d)
+        return -1;
+    free(*slot);
+    *slot = d;
+    return 0;
+}
+
+/* Ranks must be distinct: matching two reports and the per-node grouping
+ * count on it. Returns the index of an earlier duplicate, or -1. */
+static int cmp_idx_rank_data(const void *a, const void *b, const rr_rank_t *ranks)
+{
+    int x = ranks[*(const size_t *)a].rank, y = ranks[*(const size_t *)b].rank;
+    if (x != y)
+        return (x > y) - (x < y);
+    return (*(const size_t *)a > *(const size_t *)b) - (*(const size_t *)a < *(const size_t *)b);
+}
+static const rr_rank_t *sort_ranks_; /* qsort has no context argument in C11 */
+static int cmp_idx_rank(const void *a, const void *b)
+{
+    return cmp_idx_rank_data(a, b, sort_ranks_);
+}
+
+/* Returns 0; 1 with *first and *second set to a duplicated pair; -1 out of memory. */
+static int find_duplicate(const rr_report_t *rep, size_t *first, size_t *second)
+{
+    if (rep->n < 2)
+        return 0;
+    size_t *idx = malloc(rep->n * sizeof *idx);
+    if (!idx)
+        return -1;
+    for (size_t i = 0; i < rep->n; i++)
+        idx[i] = i;
+    sort_ranks_ = rep->ranks;
+    qsort(idx, rep->n, sizeof *idx, cmp_idx_rank);
+    int found = 0;
+    for (size_t i = 1; i < rep->n && !found; i++)
+        if (rep->ranks[idx[i]].rank == rep->ranks[idx[i - 1]].rank) {
+            *first = idx[i - 1];
+            *second = idx[i];
+            found = 1;
+        }
+    free(idx);
+    return found;
+}
+
+/* ------------------------------------------------------------------------
+ * JSON. */
+
+/* Checks v against a field kind and stores it. where: "ranks[3].rank". */
+static int json_store(rctx_t *c, const json_value_t *v, kind_t kind, void *slot, const char *where)
+{
+    switch (kind) {
+    case K_STR:
+        if (v->type != JSON_STRING) {
+            fail(c, v->line, v->column, "%s: expected a string, found %s", where,
+                 json_type_name(v->type));
+            return -1;
+        }
+        if (set_str((char **)slot, v->str) != 0) {
+            fail(c, v->line, v->column, "out of memory");
+            return -1;
+        }
+        return 0;
+    case K_DOUBLE:
+        if (v->type == JSON_NULL) { /* the writer's "cannot be computed" */
+            *(double *)slot = NAN;
+            return 0;
+        }
+        if (v->type != JSON_NUMBER) {
+            fail(c, v->line, v->column, "%s: expected a number, found %s", where,
+                 json_type_name(v->type));
+            return -1;
+        }
+        *(double *)slot = v->num;
+        return 0;
+    case K_INT:
+        if (v->type != JSON_NUMBER || !v->is_int ||
+            v->u64 > (v->negative ? (uint64_t)INT_MAX + 1 : (uint64_t)INT_MAX)) {
+            if (v->type == JSON_NUMBER)
+                fail(c, v->line, v->column, "%s: expected an integer of 32 bits, found %.17g",
+                     where, v->num);
+            else
+                fail(c, v->line, v->column, "%s: expected an integer, found %s", where,
+                     json_type_name(v->type));
+            return -1;
+        }
+        *(int *)slot = v->negative ? (int)(-(int64_t)(v->u64 - 1) - 1) : (int)v->u64;
+        return 0;
+    case K_UINT32:
+    case K_U64:
+        if (v->type != JSON_NUMBER || !v->is_int || v->negative ||
+            (kind == K_UINT32 && v->u64 > UINT32_MAX)) {
+            if (v->type == JSON_NUMBER && !v->is_int && v->num == floor(v->num))
+                fail(c, v->line, v->column, "%s: expected an integer, found %.17g written with a "
+                     "fraction or an exponent", where, v->num);
+            else if (v->type == JSON_NUMBER)
+                fail(c, v->line, v->column, "%s: expected a non-negative integer%s, found %.17g",
+                     where, kind == K_UINT32 ? " of 32 bits" : "", v->num);
+            else
+                fail(c, v->line, v->column, "%s: expected a non-negative integer, found %s",
+                     where, json_type_name(v->type));
+            return -1;
+        }
+        if (kind == K_UINT32)
+            *(unsigned *)slot = (unsigned)v->u64;
+        else
+            *(uint64_t *)slot = v->u64;
+        return 0;
+    }
+    return -1;
+}
+
+/* An optional member: absent is fine (slot untouched), a wrong type is not. */
+static int json_opt(rctx_t *c, const json_value_t *obj, const char *key, kind_t kind, void *slot,
+                    const char *where_prefix)
+{
+    const json_value_t *v = json_get(obj, key);
+    if (!v)
+        return 0;
+    char where[96];
+    snprintf(where, sizeof where, "%s%s", where_prefix, key);
+    return json_store(c, v, kind, slot, where);
+}
+
+static int json_req(rctx_t *c, const json_value_t *obj, const char *key, kind_t kind, void *slot,
+                    const char *where_prefix)
+{
+    if (!json_get(obj, key)) {
+        fail(c, obj->line, obj->column, "%s: the object has no \"%s\"",
+             where_prefix[0] ? where_prefix : "top level", key);
+        return -1;
+    }
+    return json_opt(c, obj, key, kind, slot, where_prefix);
+}
+
+/* A string that may be null (JSON null leaves *slot NULL). */
+static int json_str_or_null(rctx_t *c, const json_value_t *obj, const char *key, char **slot,
+                            const char *where_prefix)
+{
+    const json_value_t *v = json_get(obj, key);
+    if (!v || v->type == JSON_NULL)
+        return 0;
+    return json_opt(c, obj, key, K_STR, slot, where_prefix);
+}
+
+/* Schema 1 (the plugin's first layout, docs/report.md). The analysis
+ * sections (nodes, aggregates, leaked_ranks, top_by_peak) are not read:
+ * the tool computes them again from ranks[], the same way for the CSV. */
+static int read_schema1(rctx_t *c, const json_value_t *root, rr_report_t *rep)
+{
+    if (json_opt(c, root, "record_version", K_INT, &rep->record_version, "") ||
+        json_opt(c, root, "generator", K_STR, &rep->generator, "") ||
+        json_req(c, root, "phase", K_STR, &rep->phase, "") ||
+        json_req(c, root, "trigger", K_STR, &rep->trigger, ""))
+        return -1;
+
+    const json_value_t *job = json_get(root, "job");
+    if (!job) {
+        fail(c, root->line, root->column, "top level: the object has no \"job\"");
+        return -1;
+    }
+    if (job->type != JSON_OBJECT) {
+        fail(c, job->line, job->column, "job: expected an object, found %s",
+             json_type_name(job->type));
+        return -1;
+    }
+    int job_ranks = -1;
+    double wall = 0;
+    if (json_req(c, job, "id", K_STR, &rep->job_id, "job.") ||
+        json_str_or_null(c, job, "id_source", &rep->job_id_source, "job.") ||
+        json_req(c, job, "ranks", K_INT, &job_ranks, "job.") ||
+        json_opt(c, job, "world_size", K_INT, &rep->world_size, "job.") ||
+        json_opt(c, job, "wall_s", K_DOUBLE, &wall, "job.") ||
+        json_opt(c, job, "time", K_STR, &rep->time, "job.") ||
+        json_opt(c, job, "writer_host", K_STR, &rep->writer_host, "job."))
+        return -1;
+    int pid = -1;
+    if (json_opt(c, job, "writer_pid", K_INT, &pid, "job."))
+        return -1;
+    rep->writer_pid = pid;
+
+    const json_value_t *ranks = json_get(root, "ranks");
+    if (!ranks) {
+        fail(c, root->line, root->column, "top level: the object has no \"ranks\"");
+        return -1;
+    }
+    if (ranks->type != JSON_ARRAY) {
+        fail(c, ranks->line, ranks->column, "ranks: expected an array, found %s",
+             json_type_name(ranks->type));
+        return -1;
+    }
+    if (ranks->count == 0) {
+        fail(c, ranks->line, ranks->column, "ranks: no record (a report covers one rank at least)");
+        return -1;
+    }
+    if (job_ranks < 0 || (size_t)job_ranks != ranks->count) {
+        fail(c, ranks->line, ranks->column,
+             "ranks: %zu records, but job.ranks says %d (a cut or edited report?)", ranks->count,
+             job_ranks);
+        return -1;
+    }
+    rep->ranks = calloc(ranks->count ? ranks->count : 1, sizeof *rep->ranks);
+    if (!rep->ranks) {
+        fail(c, 0, 0, "out of memory for %zu records", ranks->count);
+        return -1;
+    }
+    for (size_t i = 0; i < ranks->count; i++) {
+        const json_value_t *o = ranks->items[i];
+        rr_rank_t *r = &rep->ranks[i];
+        if (rank_init(r) != 0) {
+            fail(c, o->line, o->column, "out of memory");
+            return -1;
+        }
+        rep->n = i + 1; /* from here on r is freed with the report */
+        char prefix[48];
+        snprintf(prefix, sizeof prefix, "ranks[%zu].", i);
+        if (o->type != JSON_OBJECT) {
+            fail(c, o->line, o->column, "ranks[%zu]: expected an object, found %s", i,
+                 json_type_name(o->type));
+            return -1;
+        }
+        for (size_t k = 0; k < NREC; k++)
+            if (json_req(c, o, rec_fields[k].key, rec_fields[k].kind,
+                         (char *)r + rec_fields[k].off, prefix))
+                return -1;
+        if (r->rank < 0) {
+            const json_value_t *v = json_get(o, "rank");
+            fail(c, v->line, v->column, "ranks[%zu].rank: %d is not a rank", i, r->rank);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* One reader per schema we ever wrote; a new layout adds a line here (and
+ * keeps the old readers: old reports stay readable). */
+static const struct {
+    int schema;
+    int (*read)(rctx_t *, const json_value_t *, rr_report_t *);
+} json_readers[] = {
+    {1, read_schema1},
+};
+#define NREADERS (sizeof json_readers / sizeof json_readers[0])
+
+int rr_schema_newest(void)
+{
+    int m = 0;
+    for (size_t i = 0; i < NREADERS; i++)
+        if (json_readers[i].schema > m)
+            m = json_readers[i].schema;
+    return m;
+}
+
+static int load_json(rctx_t *c, const char *text, size_t len, rr_report_t *rep)
+{
+    json_error_t je;
+    json_value_t *root = json_parse(text, len, &je);
+    if (!root) {
+        fail(c, je.line, je.column, "not valid JSON: %s", je.msg);
+        return -1;
+    }
+    int rc = -1;
+    if (root->type != JSON_OBJECT) {
+        fail(c, root->line, root->column, "expected a JSON object with \"schema\", found %s",
+             json_type_name(root->type));
+        goto out;
+    }
+    const json_value_t *sv = json_get(root, "schema");
+    if (!sv) {
+        fail(c, root->line, root->column,
+             "no \"schema\" in the top-level object: not a rankmem report");
+        goto out;
+    }
+    if (sv->type != JSON_NUMBER || !sv->is_int || sv->negative || sv->u64 > INT_MAX) {
+        fail(c, sv->line, sv->column, "schema: expected a positive integer, found %s",
+             sv->type == JSON_NUMBER ? "another number" : json_type_name(sv->type));
+        goto out;
+    }
+    int schema = (int)sv->u64;
+    int newest = rr_schema_newest();
+    if (schema > newest) {
+        fail(c, sv->line, sv->column,
+             "report schema %d is newer than this rankmem-report reads (schemas 1 to %d); "
+             "read it with the rankmem-report of the rankmem that wrote it",
+             schema, newest);
+        goto out;
+    }
+    for (size_t i = 0; i < NREADERS; i++)
+        if (json_readers[i].schema == schema) {
+            rep->schema = schema;
+            rep->format = "JSON";
+            rc = json_readers[i].read(c, root, rep);
+            goto out;
+        }
+    fail(c, sv->line, sv->column, "unknown report schema %d (this tool reads 1 to %d)", schema,
+         newest);
+out:
+    json_free(root);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * CSV (RFC 4180, as mpi/report.c writes it). */
+
+typedef struct {
+    char **f;       /* fields of the row */
+    int *col;       /* the column (byte, from 1) where each starts */
+    size_t n, cap;
+    int line;       /* where the row starts */
+    int last_line;  /* where it ends (a quoted field may span lines) */
+} row_t;
+
+static void row_clear(row_t *r)
+{
+    for (size_t i = 0; i < r->n; i++)
+        free(r->f[i]);
+    r->n = 0;
+}
+
+static void row_free(row_t *r)
+{
+    row_clear(r);
+    free(r->f);
+    free(r->col);
+}
+
+static int row_push(row_t *r, const char *s, size_t len, int col)
+{
+    if (r->n == r->cap) {
+        size_t cap = r->cap ? r->cap * 2 : 64;
+        char **f = realloc(r->f, cap * sizeof *f);
+        if (!f)
+            return -1;
+        r->f = f;
+        int *cl = realloc(r->col, cap * sizeof *cl);
+        if (!cl)
+            return -1;
+        r->col = cl;
+        r->cap = cap;
+    }
+    char *d = malloc(len + 1);
+    if (!d)
+        return -1;
+    memcpy(d, s, len);
+    d[len] = '\0';
+    r->f[r->n] = d;
+    r->col[r->n] = col;
+    r->n++;
+    return 0;
+}
+
+typedef struct {
+    const char *p, *end, *line_start;
+    int line;
+    char *buf;
+    size_t cap;
+} csv_t;
+
+/* Reads one row at p. Returns 1 with a row, 0 at the end, -1 on error. */
+static int csv_row(rctx_t *c, csv_t *s, row_t *row)
+{
+    row_clear(row);
+    if (s->p >= s->end)
+        return 0;
+    row->line = s->line;
+    for (;;) {
+        size_t len = 0;
+        int col = (int)(s->p - s->line_start) + 1;
+        int fline = s->line;
+        if (s->p < s->end && *s->p == '"') {
+            s->p++;
+            for (;;) {
+                if (s->p >= s->end) {
+                    fail(c, fline, col, "quoted field not closed before the end of the file "
+                                        "(truncated?)");
+                    return -1;
+                }
+                char ch = *s->p++;
+                if (ch == '"') {
+                    if (s->p < s->end && *s->p == '"') {
+                        s->p++;
+                    } else {
+                        break;
+                    }
+                } else if (ch == '\n') {
+                    s->line++;
+                    s->line_start = s->p;
+                }
+                if (len + 1 >= s->cap) {
+                    size_t cap = s->cap ? s->cap * 2 : 256;
+                    char *b = realloc(s->buf, cap);
+                    if (!b) {
+                        fail(c, fline, col, "out of memory");
+                        return -1;
+                    }
+                    s->buf = b;
+                    s->cap = cap;
+                }
+                s->buf[len++] = ch;
+            }
+            if (s->p < s->end && *s->p != ',' && *s->p != '\n' && *s->p != '\r') {
+                fail(c, s->line, (int)(s->p - s->line_start) + 1,
+                     "unexpected character after a quoted field (expected ',' or a line break)");
+                return -1;
+            }
+            if (row_push(row, s->buf ? s->buf : "", len, col) != 0) {
+                fail(c, fline, col, "out of memory");
+                return -1;
+            }
+        } else {
+            const char *f = s->p;
+            while (s->p < s->end && *s->p != ',' && *s->p != '\n' && *s->p != '\r') {
+                if (*s->p == '"') {
+                    fail(c, s->line, (int)(s->p - s->line_start) + 1,
+                         "a quote inside an unquoted field");
+                    return -1;
+                }
+                s->p++;
+            }
+            if (row_push(row, f, (size_t)(s->p - f), col) != 0) {
+                fail(c, fline, col, "out of memory");
+                return -1;
+            }
+        }
+        if (s->p >= s->end) {
+            row->last_line = s->line;
+            return 1;
+        }
+        if (*s->p == ',') {
+            s->p++;
+            continue;
+        }
+        /* end of the row: \n or \r\n */
+        if (*s->p == '\r')
+            s->p++;
+        if (s->p < s->end && *s->p == '\n')
+            s->p++;
+        row->last_line = s->line;
+        s->line++;
+        s->line_start = s->p;
+        return 1;
+    }
+}
+
+/* Parses a CSV cell as a field kind. Returns 0 or -1 (message in c). */
+static int csv_store(rctx_t *c, const char *text, kind_t kind, void *slot, int line, int col,
+                     const char *column)
+{
+    const char *p = text;
+    switch (kind) {
+    case K_STR:
+        if (set_str((char **)slot, text) != 0) {
+            fail(c, line, col, "out of memory");
+            return -1;
+        }
+        return 0;
+    case K_DOUBLE: {
+        char *end;
+        errno = 0;
+        double d = strtod(text, &end);
+        if (!*text || *end || errno == ERANGE) {
+            fail(c, line, col, "column %s: expected a number, found '%.40s'", column, text);
+            return -1;
+        }
+        *(double *)slot = d;
+        return 0;
+    }
+    case K_INT:
+    case K_UINT32:
+    case K_U64: {
+        int neg = 0;
+        if (kind == K_INT && *p == '-') {
+            neg = 1;
+            p++;
+        }
+        uint64_t m = 0;
+        int over = 0;
+        if (!*p)
+            goto bad;
+        for (; *p; p++) {
+            if (*p < '0' || *p > '9')
+                goto bad;
+            unsigned dig = (unsigned)(*p - '0');
+            if (m > (UINT64_MAX - dig) / 10)
+                over = 1;
+            else
+                m = m * 10 + dig;
+        }
+        if (over || (kind == K_INT && m > (neg ? (uint64_t)INT_MAX + 1 : (uint64_t)INT_MAX)) ||
+            (kind == K_UINT32 && m > UINT32_MAX)) {
+            fail(c, line, col, "column %s: '%.40s' is out of range", column, text);
+            return -1;
+        }
+        if (kind == K_INT)
+            *(int *)slot = neg ? (int)(-(int64_t)(m - 1) - 1) : (int)m;
+        else if (kind == K_UINT32)
+            *(unsigned *)slot = (unsigned)m;
+        else
+            *(uint64_t *)slot = m;
+        return 0;
+    }
+    }
+bad:
+    fail(c, line, col, "column %s: expected %s integer, found '%.40s'", column,
+         kind == K_INT ? "an" : "a non-negative", text);
+    return -1;
+}
+
+static int load_csv(rctx_t *c, const char *text, size_t len, rr_report_t *rep)
+{
+    csv_t s = {text, text + len, text, 1, NULL, 0};
+    row_t hdr = {0}, row = {0};
+    int where[NREC]; /* column index of each record field */
+    int rc = -1;
+    size_t cap = 0;
+
+    if (csv_row(c, &s, &hdr) != 1)
+        goto out;
+    for (size_t k = 0; k < NREC; k++) {
+        where[k] = -1;
+        for (size_t i = 0; i < hdr.n; i++)
+            if (strcmp(hdr.f[i], rec_fields[k].key) == 0) {
+                where[k] = (int)i;
+                break;
+            }
+        if (where[k] < 0) {
+            fail(c, 1, 0, "the CSV header has no column '%s' (not a rankmem report, or a "
+                          "newer layout)", rec_fields[k].key);
+            goto out;
+        }
+    }
+    rep->format = "CSV";
+    rep->writer_pid = -1;
+    for (;;) {
+        int got = csv_row(c, &s, &row);
+        if (got < 0)
+            goto out;
+        if (got == 0)
+            break;
+        if (row.n == 1 && row.f[0][0] == '\0')
+            continue; /* a blank line (a trailing one, say) */
+        if (row.n != hdr.n) {
+            fail(c, row.line, 0, "%zu fields, the header has %zu%s", row.n, hdr.n,
+                 row.n < hdr.n ? " (a truncated file?)" : "");
+            goto out;
+        }
+        if (rep->n == cap) {
+            size_t ncap = cap ? cap * 2 : 64;
+            rr_rank_t *nr = realloc(rep->ranks, ncap * sizeof *nr);
+            if (!nr) {
+                fail(c, row.line, 0, "out of memory");
+                goto out;
+            }
+            rep->ranks = nr;
+            cap = ncap;
+        }
+        rr_rank_t *r = &rep->ranks[rep->n];
+        if (rank_init(r) != 0) {
+            fail(c, row.line, 0, "out of memory");
+            goto out;
+        }
+        rep->n++;
+        for (size_t k = 0; k < NREC; k++) {
+            int i = where[k];
+            if (csv_store(c, row.f[i], rec_fields[k].kind, (char *)r + rec_fields[k].off, row.line,
+                          row.col[i], rec_fields[k].key) != 0)
+                goto out;
+        }
+        if (r->rank < 0) {
+            fail(c, row.line, row.col[where[0]], "column rank: %d is not a rank", r->rank);
+            goto out;
+        }
+    }
+    if (rep->n == 0) {
+        fail(c, 1, 0, "a CSV header and no rank rows (truncated?)");
+        goto out;
+    }
+    rc = 0;
+out:
+    row_free(&hdr);
+    row_free(&row);
+    free(s.buf);
+    return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * Entry points. */
+
+/* Is the first line a CSV header: fields separated by commas, one of them
+ * "rank"? (The writer puts rank first; a spreadsheet may have moved the
+ * columns. Missing columns are then named by the CSV reader.) */
+static int csv_header(const char *p, const char *end)
+{
+    int rank = 0, commas = 0;
+    while (p < end && *p != '\n') {
+        const char *f = p;
+        while (p < end && *p != ',' && *p != '\n')
+            p++;
+        const char *e = p;
+        if (e > f && e[-1] == '\r')
+            e--;
+        if (e - f >= 2 && *f == '"' && e[-1] == '"') {
+            f++;
+            e--;
+        }
+        rank |= e - f == 4 && memcmp(f, "rank", 4) == 0;
+        if (p < end && *p == ',') {
+            p++;
+            commas++;
+        }
+    }
+    return rank && commas;
+}
+
+int rr_load_buffer(const char *name, const char *text, size_t len, rr_report_t *rep, char *err,
+                   size_t cap)
+{
+    rctx_t c = {name, err, cap, 0};
+    memset(rep, 0, sizeof *rep);
+    rep->writer_pid = -1;
+    if (cap)
+        err[0] = '\0';
+    const char *p = text, *end = text + len;
+    if (len >= 3 && memcmp(p, "\xef\xbb\xbf", 3) == 0) /* a byte order mark */
+        p += 3;
+    while (p < end && (*p == ' ' || *p == '\t' || *p == '\r' || *p == '\n'))
+        p++;
+    int rc;
+    if (p >= end) {
+        fail(&c, 0, 0, "empty file: no report in it");
+        rc = -1;
+    } else if (*p == '{') {
+        rc = load_json(&c, text, len, rep);
+    } else if (csv_header(p, end)) {
+        rc = load_csv(&c, p, (size_t)(end - p), rep);
+    } else if (*p == '[') {
+        fail(&c, 1, 1, "a JSON array, not a rankmem report (a JSON object with \"schema\")");
+        rc = -1;
+    } else if (len >= 4 && memcmp(text, "====", 4) == 0) {
+        fail(&c, 1, 1, "this is the text report; rankmem-report reads the JSON or CSV one "
+                       "(RANKMEM_REPORT_FORMAT=json,csv)");
+        rc = -1;
+    } else {
+        fail(&c, 1, 1, "not a rankmem report: neither JSON (starting with '{') nor CSV (a "
+                       "header with a column 'rank')");
+        rc = -1;
+    }
+    if (rc == 0) {
+        size_t a, b;
+        int d = find_duplicate(rep, &a, &b);
+        if (d < 0) {
+            fail(&c, 0, 0, "out of memory");
+            rc = -1;
+        } else if (d > 0) {
+            fail(&c, 0, 0, "rank %d appears twice (records %zu and %zu)", rep->ranks[a].rank, a,
+                 b);
+            rc = -1;
+        }
+    }
+    if (rc == 0) {
+        rep->path = dup_str(name);
+        if (!rep->path) {
+            fail(&c, 0, 0, "out of memory");
+            rc = -1;
+        }
+    }
+    if (rc != 0)
+        rr_report_free(rep);
+    return rc;
+}
+
+int rr_load(const char *path, rr_report_t *rep, char *err, size_t cap)
+{
+    int is_stdin = strcmp(path, "-") == 0;
+    FILE *f = is_stdin ? stdin : fopen(path, "rb");
+    memset(rep, 0, sizeof *rep);
+    if (!f) {
+        snprintf(err, cap, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    char *buf = NULL;
+    size_t len = 0, bcap = 0;
+    for (;;) {
+        if (len + 65536 + 1 > bcap) {
+            size_t nc = bcap ? bcap * 2 : 1 << 17;
+            char *nb = realloc(buf, nc);
+            if (!nb) {
+                snprintf(err, cap, "%s: out of memory reading the file", path);
+                free(buf);
+                if (!is_stdin)
+                    fclose(f);
+                return -1;
+            }
+            buf = nb;
+            bcap = nc;
+        }
+        size_t got = fread(buf + len, 1, bcap - len - 1, f);
+        len += got;
+        if (got == 0)
+            break;
+    }
+    int bad = ferror(f);
+    int e = errno;
+    if (!is_stdin)
+        fclose(f);
+    if (bad) {
+        snprintf(err, cap, "%s: cannot read: %s", path, strerror(e));
+        free(buf);
+        return -1;
+    }
+    buf[len] = '\0';
+    int rc = rr_load_buffer(path, buf, len, rep, err, cap);
+    free(buf);
+    return rc;
+}

@@ -1,0 +1,655 @@
+/* rankmem-report: the picture. Per-rank peak bytes (top panel, with the
+ * device's capacity as a line) and leaked bytes (bottom panel, its own
+ * scale: leaks are usually far smaller than peaks) as bars.
+ *
+ * Up to max_bars ranks get one bar each. Beyond that the ranks, in the
+ * chosen order, are cut into max_bars bins of consecutive ranks (sizes
+ * differing by at most one), and each bin is three bars from zero drawn
+ * over each other: its max (light), its mean, its min (dark). A job of
+ * 10,000 ranks stays a picture of 200 readable bars, and no rank's extreme
+ * is lost in a bin: the light tops are the worst ranks.
+ *
+ * The numbers behind each mark are also in data-* attributes, so that a
+ * test (tests/report_tool/check.py) can check the picture against the
+ * report without measuring pixels. */
+#include "report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Layout, in SVG user units (pixels at 100%). */
+#define W 1000.0
+#define ML 96.0  /* left margin: the y labels */
+#define MR 24.0
+#define PEAK_TOP 104.0
+#define PEAK_H 300.0
+#define LEAK_TOP (PEAK_TOP + PEAK_H + 86.0)
+#define LEAK_H 150.0
+#define H (LEAK_TOP + LEAK_H + 70.0)
+#define PW (W - ML - MR)
+#define LABELLED_BARS 48 /* up to this many bars, each gets its rank below */
+
+/* Writes s with XML's five characters escaped; bytes outside printable
+ * ASCII become '?' (the plugin writes ASCII; this keeps any input from
+ * making the document ill-formed). */
+static void xml_text(FILE *f, const char *s)
+{
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        switch (c) {
+        case '&': fputs("&amp;", f); break;
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '"': fputs("&quot;", f); break;
+        case '\'': fputs("&#39;", f); break;
+        default:
+            fputc(c >= 0x20 && c < 0x7f ? (int)c : '?', f);
+        }
+    }
+}
+
+/* A scale from 0 to a round number of a binary unit at or above v, with
+ * 4 to 8 steps of 1, 2, 2.5 or 5 times a power of ten of that unit. */
+typedef struct {
+    double max, step, unit;
+    const char *uname;
+} scale_t;
+
+static scale_t nice_scale(double v)
+{
+    static const char *const names[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB", "EiB"};
+    scale_t s = {1.0, 1.0, 1.0, "B"};
+    if (!(v > 0))
+        return s;
+    int u = 0;
+    double unit = 1.0;
+    while (v >= 1024.0 * unit && u < 6) {
+        unit *= 1024.0;
+        u++;
+    }
+    double x = v / unit, raw = x / 5.0;
+    double mag = pow(10.0, floor(log10(raw)));
+    static const double mult[] = {1, 2, 2.5, 5, 10};
+    double step = 10 * mag;
+    for (int i = 0; i < 5; i++)
+        if (mult[i] * mag >= raw) {
+            step = mult[i] * mag;
+            break;
+        }
+    if (u == 0 && step < 1)
+        step = 1; /* no fractions of a byte */
+    s.max = ceil(x / step - 1e-9) * step * unit;
+    s.step = step * unit;
+    s.unit = unit;
+    s.uname = names[u];
+    return s;
+}
+
+/* A label on a light box, so that it reads over bars: the box's width is
+ * estimated (about 0.6 em a character), there being no text measuring in
+ * SVG. anchor_end: x is the right edge, else the left. */
+static void boxed_label(FILE *f, const char *cls, double x, double y, int anchor_end,
+                        double font_px, const char *text)
+{
+    double w = 0.6 * font_px * (double)strlen(text) + 6;
+    double x0 = anchor_end ? x - w + 3 : x - 3;
+    fprintf(f, "<rect class=\"labelbox\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"/>",
+            x0, y - font_px, w, font_px + 4);
+    fprintf(f, "<text class=\"%s\" x=\"%.2f\" y=\"%.2f\"%s>", cls, x, y,
+            anchor_end ? " text-anchor=\"end\"" : "");
+    xml_text(f, text);
+    fprintf(f, "</text>\n");
+}
+
+static double y_of(double v, double top, double h, double smax)
+{
+    return top + h - v / smax * h;
+}
+
+/* One bar or bin: positions [first, last] of the order. */
+typedef struct {
+    size_t first, last;
+    uint64_t min, max;
+    double mean;
+    int rmin, rmax;  /* ranks holding them (lowest on ties) */
+} bin_t;
+
+static void make_bins(const rr_report_t *rep, const size_t *order, size_t nbars, int field,
+                      bin_t *bins)
+{
+    size_t n = rep->n;
+    for (size_t b = 0; b < nbars; b++) {
+        bin_t *x = &bins[b];
+        /* bin b holds positions [b n / nbars, (b+1) n / nbars) */
+        x->first = (size_t)((double)b * (double)n / (double)nbars);
+        size_t end = (size_t)((double)(b + 1) * (double)n / (double)nbars);
+        if (b + 1 == nbars)
+            end = n;
+        x->last = end - 1;
+        x->min = UINT64_MAX;
+        x->max = 0;
+        x->rmin = x->rmax = -1;
+        long double sum = 0;
+        for (size_t p = x->first; p < end; p++) {
+            const rr_rank_t *r = &rep->ranks[order[p]];
+            uint64_t v = r->v[field];
+            if (x->rmin < 0 || v < x->min || (v == x->min && r->rank < x->rmin)) {
+                x->min = v;
+                x->rmin = r->rank;
+            }
+            if (x->rmax < 0 || v > x->max || (v == x->max && r->rank < x->rmax)) {
+                x->max = v;
+                x->rmax = r->rank;
+            }
+            sum += (long double)v;
+        }
+        x->mean = (double)(sum / (long double)(end - x->first));
+    }
+}
+
+static void scale_ticks(FILE *f, const scale_t *s, double top, double h)
+{
+    fprintf(f, "<g class=\"yaxis\">\n");
+    for (double v = 0; v <= s->max * (1 + 1e-9); v += s->step) {
+        double y = y_of(v, top, h, s->max);
+        fprintf(f, "<line class=\"grid\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>", ML, y,
+                ML + PW, y);
+        if (v == 0)
+            fprintf(f, "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">0</text>\n",
+                    ML - 6, y + 4);
+        else
+            fprintf(f, "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">%g %s"
+                       "</text>\n", ML - 6, y + 4, v / s->unit, s->uname);
+    }
+    fprintf(f, "<line class=\"axis\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>", ML,
+            top + h, ML + PW, top + h);
+    fprintf(f, "<line class=\"axis\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n</g>\n", ML,
+            top, ML, top + h);
+}
+
+/* Labels under the bars: every rank when they are few, else about ten. */
+static void x_labels(FILE *f, const rr_report_t *rep, const size_t *order, const bin_t *bins,
+                     size_t nbars, int binned, int by_peak, double top, double h)
+{
+    double slot = PW / (double)nbars;
+    size_t every = nbars <= LABELLED_BARS ? 1 : (nbars + 9) / 10;
+    fprintf(f, "<g class=\"xaxis\">\n");
+    for (size_t b = 0; b < nbars; b += every) {
+        double x = ML + ((double)b + 0.5) * slot;
+        char lab[48];
+        if (!binned || bins[b].first == bins[b].last) {
+            size_t p = binned ? bins[b].first : b;
+            if (by_peak && nbars > LABELLED_BARS)
+                snprintf(lab, sizeof lab, "%zu", p + 1);
+            else
+                snprintf(lab, sizeof lab, "%d", rep->ranks[order[p]].rank);
+        } else if (by_peak) {
+            snprintf(lab, sizeof lab, "%zu", bins[b].first + 1);
+        } else {
+            snprintf(lab, sizeof lab, "%d", rep->ranks[order[bins[b].first]].rank);
+        }
+        fprintf(f, "<line class=\"axis\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>", x,
+                top + h, x, top + h + 4);
+        fprintf(f, "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n",
+                x, top + h + 17, lab);
+    }
+    const char *cap;
+    if (by_peak)
+        cap = nbars > LABELLED_BARS ? "position, largest peak first" : "rank, largest peak first";
+    else
+        cap = binned ? "rank (first of each bin)" : "rank";
+    fprintf(f, "<text class=\"caption\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%s</text>\n",
+            ML + PW / 2, top + h + 36, cap);
+    fprintf(f, "</g>\n");
+}
+
+/* One panel: bars (or bins) of one field. */
+static void panel(FILE *f, const rr_analysis_t *a, const size_t *order, const bin_t *bins,
+                  size_t nbars, int binned, int field, const char *cls, const char *id,
+                  double top, double h, const scale_t *s)
+{
+    const rr_report_t *rep = a->rep;
+    char b1[32], b2[32], b3[32];
+    double slot = PW / (double)nbars;
+    double bw = slot >= 3 ? slot * 0.8 : slot;
+    fprintf(f, "<g id=\"%s\" class=\"panel\" data-field=\"%s\" data-top=\"%.2f\" "
+               "data-height=\"%.2f\" data-left=\"%.2f\" data-width=\"%.2f\" "
+               "data-scale-max=\"%.0f\" data-bars=\"%zu\">\n",
+            id, rr_fields[field].key, top, h, ML, PW, s->max, nbars);
+    scale_ticks(f, s, top, h);
+    for (size_t b = 0; b < nbars; b++) {
+        double x = ML + (double)b * slot + (slot - bw) / 2;
+        if (!binned) {
+            const rr_rank_t *r = &rep->ranks[order[b]];
+            double v = (double)r->v[field];
+            double y = y_of(v, top, h, s->max);
+            fprintf(f, "<rect class=\"%s\" data-rank=\"%d\" data-bytes=\"%llu\" x=\"%.2f\" "
+                       "y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"><title>rank %d on ",
+                    cls, r->rank, (unsigned long long)r->v[field], x, y, bw, top + h - y,
+                    r->rank);
+            xml_text(f, r->host);
+            fprintf(f, ": %s %s</title></rect>\n", rr_field_label(a, field),
+                    rr_fmt_bytes(b1, sizeof b1, v));
+            continue;
+        }
+        const bin_t *x0 = &bins[b];
+        fprintf(f, "<g class=\"bin\" data-first=\"%zu\" data-last=\"%zu\" data-ranks=\"%zu\" "
+                   "data-min=\"%llu\" data-mean=\"%.17g\" data-max=\"%llu\" "
+                   "data-min-rank=\"%d\" data-max-rank=\"%d\">",
+                x0->first, x0->last, x0->last - x0->first + 1, (unsigned long long)x0->min,
+                x0->mean, (unsigned long long)x0->max, x0->rmin, x0->rmax);
+        fprintf(f, "<title>positions %zu to %zu (%zu ranks): %s min %s (rank %d), mean %s, "
+                   "max %s (rank %d)</title>",
+                x0->first + 1, x0->last + 1, x0->last - x0->first + 1, rr_field_label(a, field),
+                rr_fmt_bytes(b1, sizeof b1, (double)x0->min), x0->rmin,
+                rr_fmt_bytes(b2, sizeof b2, x0->mean), rr_fmt_bytes(b3, sizeof b3, (double)x0->max),
+                x0->rmax);
+        /* max, then mean, then min over it: each shorter one stays visible */
+        const double v3[3] = {(double)x0->max, x0->mean, (double)x0->min};
+        static const char *const part[3] = {"max", "mean", "min"};
+        for (int k = 0; k < 3; k++) {
+            double y = y_of(v3[k], top, h, s->max);
+            fprintf(f, "<rect class=\"%s %s-%s\" data-part=\"%s\" x=\"%.2f\" y=\"%.2f\" "
+                       "width=\"%.2f\" height=\"%.2f\"/>",
+                    cls, cls, part[k], part[k], x, y, bw, top + h - y);
+        }
+        fprintf(f, "</g>\n");
+    }
+    /* the mean over all ranks, dotted */
+    double mean = a->agg[field].mean;
+    double ym = y_of(mean, top, h, s->max);
+    fprintf(f, "<line id=\"%s-mean\" class=\"mean\" data-bytes=\"%.17g\" x1=\"%.2f\" y1=\"%.2f\" "
+               "x2=\"%.2f\" y2=\"%.2f\"/>",
+            id, mean, ML, ym, ML + PW, ym);
+    char lab[48];
+    snprintf(lab, sizeof lab, "mean %s", rr_fmt_bytes(b1, sizeof b1, mean));
+    boxed_label(f, "note", ML + PW - 4, ym - 4, 1, 11, lab);
+    x_labels(f, rep, order, bins, nbars, binned, order == a->by_peak, top, h);
+    fprintf(f, "</g>\n");
+}
+
+static const size_t *rank_order(const rr_report_t *rep);
+
+static const rr_rank_t *cmp_ranks_;
+static int cmp_by_rank(const void *a, const void *b)
+{
+    int x = cmp_ranks_[*(const size_t *)a].rank, y = cmp_ranks_[*(const size_t *)b].rank;
+    return (x > y) - (x < y);
+}
+
+/* The indices of the ranks by rank number (the file's order is the
+ * communicator's, which need not be sorted). Caller frees. */
+static const size_t *rank_order(const rr_report_t *rep)
+{
+    size_t *o = malloc((rep->n ? rep->n : 1) * sizeof *o);
+    if (!o)
+        return NULL;
+    for (size_t i = 0; i < rep->n; i++)
+        o[i] = i;
+    cmp_ranks_ = rep->ranks;
+    qsort(o, rep->n, sizeof *o, cmp_by_rank);
+    return o;
+}
+
+static void svg_style(FILE *f)
+{
+    fputs("<style>\n"
+          "text { font-family: 'DejaVu Sans', Verdana, Arial, sans-serif; fill: #222; }\n"
+          ".title { font-size: 18px; font-weight: bold; }\n"
+          ".subtitle { font-size: 12px; fill: #555; }\n"
+          ".ptitle { font-size: 14px; font-weight: bold; }\n"
+          ".tick { font-size: 11px; fill: #444; }\n"
+          ".caption, .note { font-size: 11px; fill: #555; }\n"
+          ".labelbox { fill: #fff; fill-opacity: 0.85; }\n"
+          ".grid { stroke: #e4e4e4; stroke-width: 1; }\n"
+          ".axis { stroke: #444; stroke-width: 1; }\n"
+          ".peak { fill: #4477aa; }\n"
+          ".peak-max { fill: #a9c6e3; } .peak-min { fill: #213f66; }\n"
+          ".leaked { fill: #cc6677; }\n"
+          ".leaked-max { fill: #f0bcc6; } .leaked-min { fill: #7a2c3b; }\n"
+          ".mean { stroke: #222; stroke-width: 1; stroke-dasharray: 2 3; }\n"
+          ".capacity { stroke: #d62728; stroke-width: 2; stroke-dasharray: 8 4; }\n"
+          ".caplabel { font-size: 12px; fill: #d62728; font-weight: bold; }\n"
+          "</style>\n",
+          f);
+}
+
+int rr_write_svg(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
+{
+    const rr_report_t *rep = a->rep;
+    size_t n = rep->n;
+    char b1[32], b2[32];
+    const size_t *by_rank = rank_order(rep);
+    if (!by_rank)
+        return -1;
+    const size_t *order = o->order_by_peak ? a->by_peak : by_rank;
+    size_t max_bars = o->max_bars ? o->max_bars : 1;
+    int binned = n > max_bars;
+    size_t nbars = binned ? max_bars : n;
+    bin_t *bins = NULL, *lbins = NULL;
+    if (binned) {
+        bins = malloc(nbars * sizeof *bins);
+        lbins = malloc(nbars * sizeof *lbins);
+        if (!bins || !lbins) {
+            free(bins);
+            free(lbins);
+            free((void *)by_rank);
+            return -1;
+        }
+        make_bins(rep, order, nbars, RR_BYTES_PEAK, bins);
+        make_bins(rep, order, nbars, RR_BYTES_CURRENT, lbins);
+    }
+
+    /* The capacity: given, or the smallest device of the job. */
+    uint64_t cap = o->capacity ? o->capacity : a->cap_min;
+    double pmax = (double)a->agg[RR_BYTES_PEAK].max;
+    int cap_on_scale = 0, cap_off_scale = 0;
+    if (cap && o->capacity_mode == RR_CAP_SHOW)
+        cap_on_scale = 1;
+    else if (cap && o->capacity_mode == RR_CAP_AUTO) {
+        /* Peaks far below the capacity would be invisible on its scale. */
+        if (pmax * 10 >= (double)cap)
+            cap_on_scale = 1;
+        else
+            cap_off_scale = 1;
+    }
+    /* 3% headroom: the tallest bar and the capacity line stay off the frame */
+    scale_t ps = nice_scale(1.03 * (cap_on_scale && (double)cap > pmax ? (double)cap : pmax));
+    scale_t ls = nice_scale(1.03 * (double)a->agg[RR_BYTES_CURRENT].max);
+
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" "
+               "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" data-ranks=\"%zu\" data-order=\"%s\" "
+               "data-bars=\"%zu\" data-binned=\"%d\">\n",
+            W, H, W, H, n, o->order_by_peak ? "peak" : "rank", nbars, binned);
+    fprintf(f, "<title>rankmem memory report: ");
+    xml_text(f, rep->job_id ? rep->job_id : rep->path);
+    fprintf(f, ", %zu ranks</title>\n", n);
+    svg_style(f);
+    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, H);
+    fprintf(f, "<text class=\"title\" x=\"%.2f\" y=\"28\">rankmem memory report", ML);
+    if (rep->job_id) {
+        fprintf(f, ": job ");
+        xml_text(f, rep->job_id);
+    }
+    fprintf(f, "</text>\n<text class=\"subtitle\" x=\"%.2f\" y=\"48\">", ML);
+    fprintf(f, "%zu rank%s on %zu node%s", n, n == 1 ? "" : "s", a->nnodes,
+            a->nnodes == 1 ? "" : "s");
+    if (rep->phase) {
+        fprintf(f, ", phase ");
+        xml_text(f, rep->phase);
+    }
+    if (rep->time) {
+        fprintf(f, ", written ");
+        xml_text(f, rep->time);
+    }
+    fprintf(f, ", from ");
+    xml_text(f, rep->path);
+    fprintf(f, "</text>\n");
+    if (binned) {
+        char per[48];
+        if (n % nbars)
+            snprintf(per, sizeof per, "%zu or %zu", n / nbars, n / nbars + 1);
+        else
+            snprintf(per, sizeof per, "%zu", n / nbars);
+        fprintf(f, "<text class=\"subtitle\" x=\"%.2f\" y=\"66\">%zu ranks in %zu bins of "
+                   "%s consecutive %s; each bin shows</text>\n",
+                ML, n, nbars, per, o->order_by_peak ? "positions (largest peak first)" : "ranks");
+        /* the legend: swatches of the three bars, right-aligned */
+        static const char *const part[3] = {"max", "mean", "min"};
+        static const char *const what[3] = {"its max", "its mean", "its min"};
+        for (int k = 0; k < 3; k++) {
+            double x = ML + PW - (3 - k) * 92.0;
+            fprintf(f, "<rect class=\"peak peak-%s\" x=\"%.2f\" y=\"56\" width=\"12\" "
+                       "height=\"12\"/><text class=\"subtitle\" x=\"%.2f\" y=\"66\">%s</text>\n",
+                    part[k], x, x + 16, what[k]);
+        }
+    }
+
+    /* peak panel */
+    fprintf(f, "<text class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">peak bytes per rank</text>\n", ML,
+            PEAK_TOP - 8);
+    if (n)
+        panel(f, a, order, bins, nbars, binned, RR_BYTES_PEAK, "peak", "peak-panel", PEAK_TOP,
+              PEAK_H, &ps);
+    if (cap_on_scale) {
+        double y = y_of((double)cap, PEAK_TOP, PEAK_H, ps.max);
+        fprintf(f, "<line id=\"capacity\" class=\"capacity\" data-bytes=\"%llu\" x1=\"%.2f\" "
+                   "y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>\n",
+                (unsigned long long)cap, ML, y, ML + PW, y);
+        char lab[192];
+        int w = snprintf(lab, sizeof lab, "%s %s", o->capacity ? "capacity" : "device capacity",
+                         rr_fmt_bytes(b1, sizeof b1, (double)cap));
+        if (!o->capacity && a->cap_max != a->cap_min && w > 0 && (size_t)w < sizeof lab)
+            w += snprintf(lab + w, sizeof lab - (size_t)w, " (the smallest device; the largest "
+                          "has %s)", rr_fmt_bytes(b2, sizeof b2, (double)a->cap_max));
+        if (!o->capacity && a->n_shared && w > 0 && (size_t)w < sizeof lab)
+            snprintf(lab + w, sizeof lab - (size_t)w, " (a GPU shared by several ranks: %d "
+                     "ranks)", a->n_shared);
+        /* above the line, or below it when the line is at the top */
+        boxed_label(f, "caplabel", ML + 6, y - PEAK_TOP > 18 ? y - 5 : y + 15, 0, 12, lab);
+    } else if (cap_off_scale) {
+        fprintf(f, "<text id=\"capacity-note\" class=\"caplabel\" data-bytes=\"%llu\" x=\"%.2f\" "
+                   "y=\"%.2f\" text-anchor=\"end\">device capacity %s, off the scale: the "
+                   "largest peak is %.2g%% of it</text>\n",
+                (unsigned long long)cap, ML + PW, PEAK_TOP - 8,
+                rr_fmt_bytes(b1, sizeof b1, (double)cap), 100.0 * pmax / (double)cap);
+    } else if (!cap && a->n_fallback) {
+        fprintf(f, "<text class=\"note\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">no device "
+                   "capacity: %d of %zu ranks ran on host memory</text>\n",
+                ML + PW, PEAK_TOP - 8, a->n_fallback, n);
+    }
+
+    /* leaked panel */
+    fprintf(f, "<text class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">%s per rank</text>\n", ML,
+            LEAK_TOP - 8, rr_field_label(a, RR_BYTES_CURRENT));
+    if (a->nleaked && n)
+        panel(f, a, order, lbins, nbars, binned, RR_BYTES_CURRENT, "leaked", "leaked-panel",
+              LEAK_TOP, LEAK_H, &ls);
+    else
+        fprintf(f, "<text id=\"no-leaks\" class=\"note\" x=\"%.2f\" y=\"%.2f\">%s</text>\n",
+                ML, LEAK_TOP + 20,
+                a->final ? "no rank leaked: every allocation was freed"
+                         : "no rank holds live allocations");
+    fprintf(f, "</svg>\n");
+    free(bins);
+    free(lbins);
+    free((void *)by_rank);
+    return ferror(f) ? -1 : 0;
+}
+
+/* ------------------------------------------------------------------------
+ * The HTML page: one file, no outside resources, the SVG inline. Written
+ * as XHTML-compatible markup (every element closed) so that an XML parser
+ * can check it too. */
+
+static void td_text(FILE *f, const char *s)
+{
+    fputs("<td>", f);
+    xml_text(f, s);
+    fputs("</td>", f);
+}
+
+static void td_num(FILE *f, const char *s)
+{
+    fputs("<td class=\"num\">", f);
+    xml_text(f, s);
+    fputs("</td>", f);
+}
+
+int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
+{
+    const rr_report_t *rep = a->rep;
+    char b1[48], b2[48], b3[48], b4[48], b5[48];
+    fputs("<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\"/>\n<title>rankmem "
+          "memory report: ",
+          f);
+    xml_text(f, rep->job_id ? rep->job_id : rep->path);
+    fputs("</title>\n<style>\n"
+          "body { font-family: 'DejaVu Sans', Verdana, Arial, sans-serif; margin: 24px; "
+          "color: #222; background: #fff; }\n"
+          "h1 { font-size: 22px; } h2 { font-size: 16px; margin-top: 28px; }\n"
+          "table { border-collapse: collapse; font-size: 13px; }\n"
+          "th, td { padding: 3px 10px; border-bottom: 1px solid #e4e4e4; text-align: left; }\n"
+          "td.num, th.num { text-align: right; font-variant-numeric: tabular-nums; }\n"
+          "dl { display: grid; grid-template-columns: max-content auto; gap: 2px 16px; "
+          "font-size: 13px; }\n"
+          "dt { color: #555; } dd { margin: 0; }\n"
+          ".fig { max-width: 1000px; } .fig svg { width: 100%; height: auto; }\n"
+          "</style>\n</head>\n<body>\n<h1>rankmem memory report</h1>\n<dl>\n",
+          f);
+    fputs("<dt>source</dt><dd>", f);
+    xml_text(f, rep->path);
+    fprintf(f, " (%s%s", rep->format, rep->schema ? ", schema " : "");
+    if (rep->schema)
+        fprintf(f, "%d", rep->schema);
+    if (rep->generator) {
+        fputs(", ", f);
+        xml_text(f, rep->generator);
+    }
+    fputs(")</dd>\n", f);
+    if (rep->job_id) {
+        fputs("<dt>job id</dt><dd>", f);
+        xml_text(f, rep->job_id);
+        if (rep->job_id_source) {
+            fputs(" (", f);
+            xml_text(f, rep->job_id_source);
+            fputs(")", f);
+        }
+        fputs("</dd>\n", f);
+    }
+    fprintf(f, "<dt>ranks</dt><dd>%zu on %zu node%s (at most %zu per node)</dd>\n", rep->n,
+            a->nnodes, a->nnodes == 1 ? "" : "s", a->per_node_max);
+    if (rep->phase) {
+        fputs("<dt>phase</dt><dd>", f);
+        xml_text(f, rep->phase);
+        if (rep->trigger) {
+            fputs(" (", f);
+            xml_text(f, rep->trigger);
+            fputs(")", f);
+        }
+        fputs("</dd>\n", f);
+    }
+    fprintf(f, "<dt>wall time</dt><dd>%.3f s (longest rank)</dd>\n", a->wall_max);
+    if (rep->time) {
+        fputs("<dt>written</dt><dd>", f);
+        xml_text(f, rep->time);
+        if (rep->writer_host) {
+            fputs(" on ", f);
+            xml_text(f, rep->writer_host);
+        }
+        fputs("</dd>\n", f);
+    }
+    if (a->cap_min)
+        fprintf(f, "<dt>device capacity</dt><dd>%s%s%s</dd>\n",
+                rr_fmt_bytes(b1, sizeof b1, (double)a->cap_min),
+                a->cap_max != a->cap_min ? " to " : "",
+                a->cap_max != a->cap_min ? rr_fmt_bytes(b2, sizeof b2, (double)a->cap_max) : "");
+    if (a->n_fallback)
+        fprintf(f, "<dt>host fallback</dt><dd>%d of %zu ranks (no GPU: host memory)</dd>\n",
+                a->n_fallback, rep->n);
+    if (a->n_shared)
+        fprintf(f, "<dt>shared GPU</dt><dd>%d ranks</dd>\n", a->n_shared);
+    fputs("</dl>\n<div class=\"fig\">\n", f);
+    if (rr_write_svg(f, a, o) != 0)
+        return -1;
+    fputs("</div>\n", f);
+
+    fprintf(f, "<h2>aggregates over %zu ranks</h2>\n<table>\n<tr><th></th><th class=\"num\">min"
+               "</th><th class=\"num\">max</th><th class=\"num\">rank of max</th><th "
+               "class=\"num\">mean</th><th class=\"num\">std dev</th><th class=\"num\">max/mean"
+               "</th></tr>\n",
+            rep->n);
+    for (int k = 0; k < RR_NAGG; k++) {
+        const rr_agg_t *g = &a->agg[k];
+        fputs("<tr>", f);
+        td_text(f, rr_field_label(a, k));
+        td_num(f, rr_fmt_field(b1, sizeof b1, k, (double)g->min, 1));
+        td_num(f, rr_fmt_field(b2, sizeof b2, k, (double)g->max, 1));
+        snprintf(b3, sizeof b3, "%d", g->max_rank);
+        td_num(f, b3);
+        td_num(f, rr_fmt_field(b4, sizeof b4, k, g->mean, 0));
+        td_num(f, rr_fmt_field(b5, sizeof b5, k, g->std, 0));
+        if (isfinite(g->imbalance))
+            snprintf(b1, sizeof b1, "%.2f", g->imbalance);
+        else
+            snprintf(b1, sizeof b1, "-");
+        td_num(f, b1);
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+
+    size_t ntop = rep->n < 10 ? rep->n : 10;
+    fputs("<h2>top ranks by peak</h2>\n<table>\n<tr><th class=\"num\">rank</th><th>host</th>"
+          "<th class=\"num\">device</th><th class=\"num\">peak</th><th class=\"num\">reserved"
+          "</th><th class=\"num\">leaked</th></tr>\n",
+          f);
+    for (size_t k = 0; k < ntop; k++) {
+        const rr_rank_t *r = &rep->ranks[a->by_peak[k]];
+        fputs("<tr>", f);
+        snprintf(b1, sizeof b1, "%d", r->rank);
+        td_num(f, b1);
+        td_text(f, r->host);
+        if (r->device >= 0)
+            snprintf(b1, sizeof b1, "%d", r->device);
+        else
+            snprintf(b1, sizeof b1, "host");
+        td_num(f, b1);
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_PEAK]));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_RESERVED_PEAK]));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]));
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+
+    fprintf(f, "<h2>%s (%zu of %zu)</h2>\n",
+            a->final ? "ranks that leaked" : "ranks with live allocations", a->nleaked, rep->n);
+    if (a->nleaked) {
+        size_t show = a->nleaked < 50 ? a->nleaked : 50;
+        fputs("<table>\n<tr><th class=\"num\">rank</th><th>host</th><th class=\"num\">bytes</th>"
+              "<th class=\"num\">allocations</th></tr>\n",
+              f);
+        for (size_t k = 0; k < show; k++) {
+            const rr_rank_t *r = &rep->ranks[a->leaked[k]];
+            fputs("<tr>", f);
+            snprintf(b1, sizeof b1, "%d", r->rank);
+            td_num(f, b1);
+            td_text(f, r->host);
+            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]));
+            snprintf(b1, sizeof b1, "%llu", (unsigned long long)r->v[RR_COUNT_CURRENT]);
+            td_num(f, b1);
+            fputs("</tr>\n", f);
+        }
+        fputs("</table>\n", f);
+        if (a->nleaked > show)
+            fprintf(f, "<p>... and %zu more.</p>\n", a->nleaked - show);
+    } else {
+        fputs("<p>none</p>\n", f);
+    }
+
+    size_t nshow = a->nnodes < 100 ? a->nnodes : 100;
+    fprintf(f, "<h2>nodes (%zu)</h2>\n<table>\n<tr><th>host</th><th class=\"num\">ranks</th>"
+               "<th class=\"num\">peak sum</th><th class=\"num\">peak max</th><th class=\"num\">"
+               "rank</th><th class=\"num\">leaked</th><th class=\"num\">reserved</th></tr>\n",
+            a->nnodes);
+    for (size_t k = 0; k < nshow; k++) {
+        const rr_node_t *nd = &a->nodes[k];
+        fputs("<tr>", f);
+        td_text(f, nd->host);
+        snprintf(b1, sizeof b1, "%zu", nd->count);
+        td_num(f, b1);
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->peak_sum));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->peak_max));
+        snprintf(b1, sizeof b1, "%d", nd->peak_max_rank);
+        td_num(f, b1);
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->leaked_sum));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->reserved_sum));
+        fputs("</tr>\n", f);
+    }
+    fputs("</table>\n", f);
+    if (a->nnodes > nshow)
+        fprintf(f, "<p>... and %zu more nodes (rankmem-report prints them all with --all).</p>\n",
+                a->nnodes - nshow);
+    fputs("</body>\n</html>\n", f);
+    return ferror(f) ? -1 : 0;
+}
