@@ -1,7 +1,10 @@
 /* rankmem-replay: replays allocation logs (the logging adaptor's CSV, and the
  * recorded traces in ../shared/traces and bench/traces) against a resource
  * chain, and reports what each operation cost and how much memory the chain
- * took from its upstream for what the trace kept live.
+ * needed for what the trace kept live: its top suballocator's own
+ * high-water mark, or what it took from its upstream (reserved_high). The
+ * chain is the spec over a stats probe over the spec's leaf (or the
+ * simulated upstream), built with rankmem_resource_from_spec_upstream.
  *
  *   rankmem-replay [--spec SPEC] [--repeat N] [--simulate] [--sim-memory SIZE]
  *                  [--json] TRACE.csv...
@@ -35,16 +38,6 @@
 #if HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
-
-/* The suballocators may be missing from an older librankmem: referenced
- * weakly, a missing one is a clear error under --simulate, not a link
- * failure. (Without --simulate the spec parser builds them.) */
-#pragma weak rankmem_fixed_create
-#pragma weak rankmem_binning_create
-#pragma weak rankmem_caching_params_default
-#pragma weak rankmem_caching_create
-#pragma weak rankmem_arena_params_default
-#pragma weak rankmem_arena_create
 
 #define HEADER "Thread,Time,Action,Pointer,Size,Stream"
 #define DEFAULT_SIM_MEMORY ((size_t)80 << 30) /* an H100's 80 GiB */
@@ -81,6 +74,14 @@ static void *xcalloc(size_t n, size_t size)
     if (!p)
         fatal("out of host memory (%zu x %zu bytes)", n, size);
     return p;
+}
+
+static char *xstrdup(const char *s)
+{
+    char *d = strdup(s);
+    if (!d)
+        fatal("out of host memory");
+    return d;
 }
 
 static void *xrealloc(void *p, size_t n)
@@ -746,390 +747,190 @@ static void sim_destroy(sim_t *s)
 
 /* ---- building the chain --------------------------------------------------- */
 
+/* The simulated upstream as a resource of our own: it answers
+ * RANKMEM_QUERY_POOL_MAX with its size, so that N% in the spec is of the
+ * simulated memory (rankmem_resource_from_spec_upstream). */
 typedef struct {
-    const char *spec;     /* as given */
+    rankmem_resource_t base;
+    sim_t *sim;
+} sim_mr_t;
+
+static rankmem_status_t sim_mr_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                        rankmem_stream_t stream, void **ptr_p)
+{
+    return sim_alloc(((sim_mr_t *)mr)->sim, bytes, alignment, stream, ptr_p);
+}
+
+static rankmem_status_t sim_mr_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                          size_t alignment, rankmem_stream_t stream)
+{
+    return sim_free(((sim_mr_t *)mr)->sim, ptr, bytes, alignment, stream);
+}
+
+static rankmem_status_t sim_mr_query(rankmem_resource_t *mr, rankmem_query_t what,
+                                     size_t *value_p)
+{
+    if (what != RANKMEM_QUERY_POOL_MAX)
+        return RANKMEM_ERR_NOT_SUPPORTED;
+    *value_p = ((sim_mr_t *)mr)->sim->cap;
+    return RANKMEM_SUCCESS;
+}
+
+static rankmem_status_t sim_mr_finalize(rankmem_resource_t *mr)
+{
+    free(mr);
+    return RANKMEM_SUCCESS;
+}
+
+static const rankmem_resource_ops_t sim_ops = {
+    .size = sizeof(rankmem_resource_ops_t),
+    .name = "simulated",
+    .allocate = sim_mr_allocate,
+    .deallocate = sim_mr_deallocate,
+    .query = sim_mr_query,
+    .finalize = sim_mr_finalize,
+};
+
+typedef struct {
+    const char *spec;      /* as given */
     int simulate;
     size_t sim_memory;
     sim_t sim;
-    char **parts;         /* spec split at its top-level '>' */
-    size_t nparts;
-    char *probed_spec;    /* the spec with "stats>" above the leaf (not --simulate) */
-    const char *replaced; /* --simulate: the leaf the simulated upstream stands for */
+    char *leaf_spec;       /* not --simulate: the spec's leaf alone, as described */
+    char *replaced;        /* --simulate: the spec's leaf that the simulated upstream replaces */
 } chain_cfg_t;
 
-static const char *const leaf_names[] = {"system",  "cuda",       "managed", "pinned",
-                                         "async",   "async_view", "callback"};
-
-static int is_leaf(const char *part)
+/* Where the last component of a spec begins (after its last '>' outside
+ * parentheses and quotes), and how many components it has. */
+static const char *last_component(const char *spec, size_t *count_p)
 {
-    size_t n = strcspn(part, "( \t");
-    for (size_t i = 0; i < sizeof leaf_names / sizeof *leaf_names; i++)
-        if (strlen(leaf_names[i]) == n && !strncmp(part, leaf_names[i], n))
-            return 1;
-    return 0;
-}
-
-static char *xstrndup(const char *s, size_t n)
-{
-    char *d = xmalloc(n + 1);
-    memcpy(d, s, n);
-    d[n] = '\0';
-    return d;
-}
-
-static char *trim(const char *s, size_t n)
-{
-    while (n && (*s == ' ' || *s == '\t'))
-        s++, n--;
-    while (n && (s[n - 1] == ' ' || s[n - 1] == '\t'))
-        n--;
-    return xstrndup(s, n);
-}
-
-/* Split at '>' outside parentheses and double quotes. */
-static void split_spec(chain_cfg_t *c)
-{
-    const char *s = c->spec, *start = s;
+    const char *last = spec;
     int depth = 0, inq = 0;
-    size_t cap = 8;
-    c->parts = xmalloc(cap * sizeof *c->parts);
-    c->nparts = 0;
-    for (const char *p = s;; p++) {
+    size_t count = 1;
+    for (const char *p = spec; *p; p++) {
         if (*p == '"')
             inq = !inq;
         else if (!inq && *p == '(')
             depth++;
         else if (!inq && *p == ')')
             depth--;
-        if (*p == '\0' || (*p == '>' && !inq && depth <= 0)) {
-            if (c->nparts == cap)
-                c->parts = xrealloc(c->parts, (cap *= 2) * sizeof *c->parts);
-            c->parts[c->nparts++] = trim(start, (size_t)(p - start));
-            if (*p == '\0')
-                break;
-            start = p + 1;
-        }
+        else if (!inq && depth <= 0 && *p == '>')
+            last = p + 1, count++;
     }
+    while (*last == ' ' || *last == '\t')
+        last++;
+    *count_p = count;
+    return last;
 }
 
-/* Options of one spec component under --simulate: key=value pairs. */
-typedef struct {
-    char name[32];
-    struct {
-        char key[32];
-        char val[256];
-        int used;
-    } o[16];
-    int n;
-} comp_t;
-
-static void parse_comp(const char *part, comp_t *c)
+/* Fatal error for a spec that did not build: the parser's message, with
+ * its position in the spec as given. */
+static void spec_failed(const chain_cfg_t *c, rankmem_status_t st) __attribute__((noreturn));
+static void spec_failed(const chain_cfg_t *c, rankmem_status_t st)
 {
-    memset(c, 0, sizeof *c);
-    size_t nl = strcspn(part, "( \t");
-    if (nl == 0 || nl >= sizeof c->name)
-        fatal("--simulate: bad resource name in '%s'", part);
-    memcpy(c->name, part, nl);
-    const char *p = part + nl;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p == '\0')
-        return;
-    if (*p != '(')
-        fatal("--simulate: expected '(' after %s in '%s'", c->name, part);
-    p++;
-    for (;;) {
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == ')' && c->n == 0)
-            break;
-        size_t kl = strcspn(p, "=,) \t");
-        if (kl == 0 || kl >= sizeof c->o[0].key || c->n == 16)
-            fatal("--simulate: bad option list in '%s'", part);
-        memcpy(c->o[c->n].key, p, kl);
-        p += kl;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p != '=')
-            fatal("--simulate: expected '=' after %s.%s in '%s'", c->name, c->o[c->n].key, part);
-        p++;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        size_t vl;
-        if (*p == '"') {
-            const char *e = strchr(p + 1, '"');
-            if (!e)
-                fatal("--simulate: missing closing '\"' in '%s'", part);
-            vl = (size_t)(e - p - 1);
-            if (vl >= sizeof c->o[0].val)
-                fatal("--simulate: value too long in '%s'", part);
-            memcpy(c->o[c->n].val, p + 1, vl);
-            p = e + 1;
-        } else {
-            vl = strcspn(p, ",)");
-            while (vl && (p[vl - 1] == ' ' || p[vl - 1] == '\t'))
-                vl--;
-            if (vl == 0 || vl >= sizeof c->o[0].val)
-                fatal("--simulate: bad value for %s.%s in '%s'", c->name, c->o[c->n].key, part);
-            memcpy(c->o[c->n].val, p, vl);
-            p += vl;
-        }
-        c->n++;
-        while (*p == ' ' || *p == '\t')
-            p++;
-        if (*p == ',') {
-            p++;
-            continue;
-        }
-        if (*p == ')')
-            break;
-        fatal("--simulate: expected ',' or ')' in '%s'", part);
-    }
-    p++;
-    while (*p == ' ' || *p == '\t')
-        p++;
-    if (*p)
-        fatal("--simulate: unexpected text after ')' in '%s'", part);
-}
-
-static const char *opt(comp_t *c, const char *key)
-{
-    for (int i = 0; i < c->n; i++)
-        if (!strcmp(c->o[i].key, key)) {
-            c->o[i].used = 1;
-            return c->o[i].val;
-        }
-    return NULL;
-}
-
-static size_t opt_size(comp_t *c, const char *key, size_t percent_base, size_t dflt)
-{
-    const char *v = opt(c, key);
-    if (!v)
-        return dflt;
-    size_t x;
-    if (rankmem_parse_size(v, percent_base, &x) != RANKMEM_SUCCESS)
-        fatal("--simulate: %s.%s: %s", c->name, key, rankmem_last_error());
-    return x;
-}
-
-static int opt_bool(comp_t *c, const char *key, int dflt)
-{
-    const char *v = opt(c, key);
-    if (!v)
-        return dflt;
-    int x;
-    if (rankmem_parse_bool(v, &x) != RANKMEM_SUCCESS)
-        fatal("--simulate: %s.%s: %s", c->name, key, rankmem_last_error());
-    return x;
-}
-
-/* A small count, written as the parser reads it (a size: "8", "2^3"). */
-static unsigned opt_uint(comp_t *c, const char *key, unsigned dflt)
-{
-    if (!opt(c, key))
-        return dflt;
-    size_t v = opt_size(c, key, 0, 0);
-    if (v > UINT_MAX)
-        fatal("--simulate: %s.%s: %zu is too large", c->name, key, v);
-    return (unsigned)v;
-}
-
-/* A size that must be 2^N: N. */
-static int opt_exp(comp_t *c, const char *key, int dflt)
-{
-    size_t v = opt_size(c, key, 0, 0);
-    if (!v)
-        return dflt;
-    if (v & (v - 1))
-        fatal("--simulate: %s.%s: %zu is not a power of two", c->name, key, v);
-    return __builtin_ctzll((unsigned long long)v);
-}
-
-static void missing(const char *what)
-{
-    fatal("--simulate: this librankmem has no %s resource", what);
-}
-
-/* One component of the spec over up, with the constructors themselves. */
-static rankmem_status_t build_comp(chain_cfg_t *cfg, const char *part, rankmem_resource_t *up,
-                                   rankmem_resource_t **mr_p)
-{
-    comp_t c;
-    parse_comp(part, &c);
-    size_t base = cfg->sim_memory; /* N% is of the simulated device memory */
-    rankmem_status_t st;
-    if (!strcmp(c.name, "pool")) {
-        rankmem_pool_params_t prm;
-        rankmem_pool_params_default(&prm);
-        prm.initial_size = opt_size(&c, "initial", base, prm.initial_size);
-        prm.maximum_size = opt_size(&c, "max", base, prm.maximum_size);
-        prm.growth_size = opt_size(&c, "growth", base, prm.growth_size);
-        st = rankmem_pool_create(up, &prm, mr_p);
-    } else if (!strcmp(c.name, "stats")) {
-        st = rankmem_stats_create(up, mr_p);
-    } else if (!strcmp(c.name, "tracking")) {
-        st = rankmem_tracking_create(up, opt_bool(&c, "backtraces", 0), mr_p);
-    } else if (!strcmp(c.name, "logging")) {
-        st = rankmem_logging_create(up, opt(&c, "file"), mr_p);
-    } else if (!strcmp(c.name, "limit")) {
-        if (!opt(&c, "bytes"))
-            fatal("--simulate: limit needs bytes=");
-        st = rankmem_limit_create(up, opt_size(&c, "bytes", base, 0), mr_p);
-    } else if (!strcmp(c.name, "aligned")) {
-        if (!opt(&c, "alignment"))
-            fatal("--simulate: aligned needs alignment=");
-        st = rankmem_aligned_create(up, opt_size(&c, "alignment", 0, 0),
-                                    opt_size(&c, "threshold", 0, 0), mr_p);
-    } else if (!strcmp(c.name, "retry")) {
-        st = rankmem_retry_create(up, NULL, NULL, mr_p);
-    } else if (!strcmp(c.name, "threadsafe")) {
-        st = rankmem_threadsafe_create(up, mr_p);
-    } else if (!strcmp(c.name, "prefetch")) {
-        st = rankmem_prefetch_create(up, mr_p);
-    } else if (!strcmp(c.name, "fixed")) {
-        if (!rankmem_fixed_create)
-            missing("fixed");
-        size_t block = opt_size(&c, "block", 0, 0);
-        if (!block)
-            fatal("--simulate: fixed needs block=");
-        st = rankmem_fixed_create(up, block, opt_size(&c, "batch", 0, 0), mr_p);
-    } else if (!strcmp(c.name, "binning")) {
-        if (!rankmem_binning_create)
-            missing("binning");
-        st = rankmem_binning_create(up, opt_exp(&c, "min", 8), opt_exp(&c, "max", 22), mr_p);
-    } else if (!strcmp(c.name, "caching")) {
-        if (!rankmem_caching_create || !rankmem_caching_params_default)
-            missing("caching");
-        rankmem_caching_params_t prm;
-        rankmem_caching_params_default(&prm);
-        prm.growth = opt_uint(&c, "growth", prm.growth);
-        prm.min_bin = opt_uint(&c, "min", prm.min_bin);
-        prm.max_bin = opt_uint(&c, "max", prm.max_bin);
-        prm.max_cached_bytes = opt_size(&c, "cap", base, prm.max_cached_bytes);
-        st = rankmem_caching_create(up, &prm, mr_p);
-    } else if (!strcmp(c.name, "arena")) {
-        if (!rankmem_arena_create || !rankmem_arena_params_default)
-            missing("arena");
-        rankmem_arena_params_t prm;
-        rankmem_arena_params_default(&prm);
-        /* Over the simulated device, the default is half of it, as on a GPU. */
-        prm.arena_size = opt_size(&c, "size", base, base / 2);
-        prm.superblock_size = opt_size(&c, "superblock", base, prm.superblock_size);
-        prm.dump_on_failure = opt_bool(&c, "dump", prm.dump_on_failure);
-        st = rankmem_arena_create(up, &prm, mr_p);
-    } else {
-        fatal("--simulate: cannot build '%s' over the simulated upstream (known: pool, arena, "
-              "binning, caching, fixed, stats, tracking, logging, limit, aligned, retry, "
-              "threadsafe, prefetch)", c.name);
-    }
-    for (int i = 0; i < c.n; i++)
-        if (!c.o[i].used)
-            fatal("--simulate: unknown option '%s' for %s", c.o[i].key, c.name);
-    return st;
+    fatal("%sspec '%s': %s", c->simulate ? "--simulate: " : "", c->spec, errmsg(st));
 }
 
 static void chain_cfg_init(chain_cfg_t *c)
 {
-    split_spec(c);
-    for (size_t i = 0; i < c->nparts; i++)
-        if (!c->parts[i][0])
-            fatal("bad spec '%s': empty resource at position %zu", c->spec, i + 1);
+    rankmem_status_t st;
     if (c->simulate) {
-        if (is_leaf(c->parts[c->nparts - 1]))
-            c->replaced = c->parts[--c->nparts];
-        for (size_t i = 0; i < c->nparts; i++)
-            if (is_leaf(c->parts[i]))
-                fatal("--simulate: '%s' is a leaf resource and can only end the spec",
-                      c->parts[i]);
         sim_init(&c->sim, c->sim_memory);
         return;
     }
-    /* The spec with a stats adaptor right above its leaf: it sees exactly
-     * what the chain takes from the upstream. */
-    size_t len = strlen(c->spec) + 16;
-    char *s = xmalloc(len);
-    s[0] = '\0';
-    for (size_t i = 0; i < c->nparts; i++) {
-        if (i + 1 == c->nparts)
-            strcat(s, "stats>");
-        strcat(s, c->parts[i]);
-        if (i + 1 < c->nparts)
-            strcat(s, ">");
-    }
-    c->probed_spec = s;
+    /* The stats probe goes right above the leaf: build the spec once to
+     * find its leaf, and keep the leaf's own description, which builds the
+     * same leaf alone (chain_build). */
+    rankmem_resource_t *chain, *leaf, *up;
+    if ((st = rankmem_resource_from_spec(c->spec, &chain)) != RANKMEM_SUCCESS)
+        spec_failed(c, st);
+    for (leaf = chain; rankmem_resource_upstream(leaf, &up) == RANKMEM_SUCCESS && up; leaf = up)
+        ;
+    size_t need = 0;
+    rankmem_resource_describe(leaf, NULL, 0, &need);
+    c->leaf_spec = xmalloc(need + 1);
+    if ((st = rankmem_resource_describe(leaf, c->leaf_spec, need + 1, NULL)) != RANKMEM_SUCCESS)
+        fatal("spec '%s': describing its leaf: %s", c->spec, errmsg(st));
+    rankmem_resource_release(chain);
 }
 
 static void chain_cfg_destroy(chain_cfg_t *c)
 {
     if (c->simulate)
         sim_destroy(&c->sim);
-    for (size_t i = 0; i < c->nparts; i++)
-        free(c->parts[i]);
-    if (c->replaced)
-        free((char *)c->replaced);
-    free(c->parts);
-    free(c->probed_spec);
+    free(c->leaf_spec);
+    free(c->replaced);
 }
 
-/* A fresh chain; *probe_p: the stats adaptor right above the leaf (borrowed). */
+/* A fresh chain: the spec over a stats probe (*probe_p, borrowed) over the
+ * spec's leaf, or, under --simulate, over the simulated upstream in place of
+ * the spec's leaf (rankmem_resource_from_spec_upstream replaces it). */
 static void chain_build(chain_cfg_t *c, rankmem_resource_t **chain_p,
                         rankmem_resource_t **probe_p)
 {
     rankmem_status_t st;
-    if (!c->simulate) {
-        rankmem_resource_t *chain;
-        st = rankmem_resource_from_spec(c->probed_spec, &chain);
-        if (st != RANKMEM_SUCCESS) {
-            /* Say what is wrong with the spec as written, positions included. */
-            char why[512];
-            snprintf(why, sizeof why, "%s", errmsg(st));
-            rankmem_resource_t *as_given;
-            if (rankmem_resource_from_spec(c->spec, &as_given) != RANKMEM_SUCCESS)
-                fatal("spec '%s': %s", c->spec, errmsg(st));
-            rankmem_resource_release(as_given);
-            fatal("spec '%s' (built as '%s'): %s", c->spec, c->probed_spec, why);
-        }
-        /* The probe is the resource whose upstream is the leaf. */
-        rankmem_resource_t *r = chain, *up = NULL, *upup = NULL;
-        for (;;) {
-            rankmem_resource_upstream(r, &up);
-            if (!up)
-                fatal("spec '%s': cannot find the stats probe in the chain", c->spec);
-            upup = NULL;
-            rankmem_resource_upstream(up, &upup);
-            if (!upup)
-                break;
-            r = up;
-        }
-        const char *name = "";
-        rankmem_resource_name(r, &name);
-        if (strcmp(name, "stats"))
-            fatal("spec '%s': the resource above the leaf is '%s', not the stats probe", c->spec,
-                  name);
-        *chain_p = chain;
-        *probe_p = r;
-        return;
+    rankmem_resource_t *leaf, *probe, *chain;
+    if (c->simulate) {
+        sim_mr_t *s = xcalloc(1, sizeof *s);
+        s->sim = &c->sim;
+        if ((st = rankmem_resource_init(&s->base, &sim_ops, 0, NULL)) != RANKMEM_SUCCESS)
+            fatal("--simulate: simulated upstream: %s", errmsg(st));
+        leaf = &s->base;
+    } else if ((st = rankmem_resource_from_spec(c->leaf_spec, &leaf)) != RANKMEM_SUCCESS) {
+        fatal("spec '%s': building its leaf '%s': %s", c->spec, c->leaf_spec, errmsg(st));
     }
-    rankmem_resource_t *leaf, *cur;
-    st = rankmem_callback_create(sim_alloc, sim_free, &c->sim, 0, &leaf);
-    if (st != RANKMEM_SUCCESS)
-        fatal("--simulate: callback resource: %s", rankmem_last_error());
-    st = rankmem_stats_create(leaf, &cur);
+    st = rankmem_stats_create(leaf, &probe);
     rankmem_resource_release(leaf);
     if (st != RANKMEM_SUCCESS)
-        fatal("--simulate: stats probe: %s", rankmem_last_error());
-    *probe_p = cur;
-    for (size_t i = c->nparts; i-- > 0;) {
-        rankmem_resource_t *next;
-        st = build_comp(c, c->parts[i], cur, &next);
-        rankmem_resource_release(cur);
-        if (st != RANKMEM_SUCCESS)
-            fatal("--simulate: cannot build %s: %s", c->parts[i],
-                  errmsg(st));
-        cur = next;
+        fatal("stats probe: %s", errmsg(st));
+    st = rankmem_resource_from_spec_upstream(c->spec, probe, &chain);
+    rankmem_resource_release(probe); /* the chain holds it */
+    if (st != RANKMEM_SUCCESS)
+        spec_failed(c, st);
+    if (c->simulate && !c->replaced) {
+        /* One resource fewer above the probe than the spec names: its leaf
+         * was replaced. Say which, once. */
+        size_t parts, built = 0;
+        const char *last = last_component(c->spec, &parts);
+        for (rankmem_resource_t *r = chain; r != probe; r = r->upstream)
+            built++;
+        c->replaced = built < parts ? xstrdup(last) : xstrdup("");
     }
-    *chain_p = cur;
+    *chain_p = chain;
+    *probe_p = probe;
+}
+
+/* The RANKMEM_QUERY_RESERVED_HIGH of the first resource from the top that
+ * answers it (the top suballocator's own high-water mark: an arena's
+ * superblocks and large blocks rather than the global arena it took whole,
+ * what the driver reserved for an async pool), its name, and whether it is
+ * the leaf (asked too, for async; the probe is not); NULL if none answers. */
+static const char *reserved_high(rankmem_resource_t *chain, rankmem_resource_t *probe,
+                                 size_t *bytes_p, int *at_leaf_p)
+{
+    rankmem_resource_t *nodes[128];
+    size_t n = 0;
+    for (rankmem_resource_t *r = chain; r && n < 128; r = r->upstream)
+        if (r != probe)
+            nodes[n++] = r;
+    const char *name = NULL;
+    for (size_t i = 0; i < n && !name; i++) {
+        size_t v, w;
+        if (rankmem_resource_query(nodes[i], RANKMEM_QUERY_RESERVED_HIGH, &v) != RANKMEM_SUCCESS)
+            continue;
+        /* An adaptor that passes queries on (stats) answers with the value
+         * of the resource below it: name the one the value is from. */
+        while (i + 1 < n &&
+               rankmem_resource_query(nodes[i + 1], RANKMEM_QUERY_RESERVED_HIGH, &w) ==
+                   RANKMEM_SUCCESS &&
+               w == v)
+            i++;
+        rankmem_resource_name(nodes[i], &name);
+        *bytes_p = v;
+        *at_leaf_p = i + 1 == n && probe->upstream == nodes[i];
+    }
+    rankmem_clear_error(); /* the queries some resources do not answer */
+    return name;
 }
 
 /* ---- replay --------------------------------------------------------------- */
@@ -1285,7 +1086,12 @@ static uint64_t timer_overhead(void)
 
 typedef struct {
     double ns_per_op;
-    size_t peak_reserved, upstream_allocs;
+    size_t peak_reserved;   /* by the measure below */
+    const char *measured_by; /* the resource whose RESERVED_HIGH it is; NULL: the probe's */
+    size_t peak_upstream;   /* the probe's peak: what the chain took from its upstream */
+    const char *query_by;   /* the resource that answered RESERVED_HIGH (NULL: none) */
+    size_t query_high;      /* and its answer */
+    size_t upstream_allocs;
     run_errors_t err;
     rankmem_status_t release_status;
     char release_msg[256];
@@ -1362,8 +1168,21 @@ static void replay_once(chain_cfg_t *cfg, const trace_t *t, rankmem_stream_t *st
     rankmem_stats_t s = {.size = sizeof s};
     if (rankmem_stats_get(probe, &s) != RANKMEM_SUCCESS)
         fatal("stats probe: %s", rankmem_last_error());
-    res->peak_reserved = s.bytes_peak;
+    res->peak_upstream = s.bytes_peak;
     res->upstream_allocs = s.count_total;
+    /* Above the leaf, the top suballocator's own mark and the probe's peak
+     * both bound what the chain needed: an arena's is below the global arena
+     * it took whole, and a binning's (the sum of its bins' peaks) may be
+     * above what the probe saw: the smaller is reported. At the leaf
+     * (async), the probe sees only what was asked of it: the leaf's own. */
+    int at_leaf = 0;
+    res->query_by = reserved_high(r->mr, probe, &res->query_high, &at_leaf);
+    if (res->query_by && (at_leaf || res->query_high <= s.bytes_peak)) {
+        res->measured_by = res->query_by;
+        res->peak_reserved = res->query_high;
+    } else {
+        res->peak_reserved = s.bytes_peak;
+    }
     rankmem_clear_error();
     res->release_status = rankmem_resource_release(r->mr);
     if (res->release_status != RANKMEM_SUCCESS)
@@ -1474,8 +1293,21 @@ static void print_json(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const 
         for (int k = 0; k < repeat; k++)
             fprintf(f, "%s%.2f", k ? ", " : "", tr[i].ns_runs[k]);
         double ratio = t->peak_live ? (double)w->peak_reserved / (double)t->peak_live : 0;
+        fprintf(f, "],\n     \"reserved_measure\": \"%s\", ", w->measured_by ? "query" : "upstream");
+        if (w->measured_by) {
+            fprintf(f, "\"reserved_by\": ");
+            json_string(f, w->measured_by);
+            fprintf(f, ", ");
+        }
+        fprintf(f, "\"peak_upstream_bytes\": %zu, ", w->peak_upstream);
+        if (w->query_by) {
+            fprintf(f, "\"query_by\": ");
+            json_string(f, w->query_by);
+            fprintf(f, ", \"query_reserved_high_bytes\": %zu, ", w->query_high);
+        }
+        fprintf(f, "\n");
         fprintf(f,
-                "],\n     \"peak_live_bytes\": %zu, \"peak_live_count\": %zu, "
+                "     \"peak_live_bytes\": %zu, \"peak_live_count\": %zu, "
                 "\"peak_reserved_bytes\": %zu, \"ratio\": %.4f, \"upstream_allocations\": %zu,\n"
                 "     \"live_at_end_bytes\": %zu, "
                 "\"live_at_end_count\": %zu, \"replay_failures\": %zu, \"skipped_frees\": %zu, "
@@ -1498,6 +1330,22 @@ static void print_json(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const 
     fprintf(f, "\n  ]\n}\n");
 }
 
+/* Which measure "peak reserved" is. */
+static void reserved_note(FILE *f, const char *lead, const run_result_t *w)
+{
+    if (w->measured_by)
+        fprintf(f, "%s%s's own high-water mark (RANKMEM_QUERY_RESERVED_HIGH); what the chain "
+                   "took from its upstream is peak_upstream_bytes in --json\n",
+                lead, w->measured_by);
+    else if (w->query_by)
+        fprintf(f, "%sthe most the chain held from its upstream at once (a stats probe above "
+                   "the leaf), less than %s's RANKMEM_QUERY_RESERVED_HIGH (%zu bytes)\n",
+                lead, w->query_by, w->query_high);
+    else
+        fprintf(f, "%sthe most the chain held from its upstream at once (a stats probe above "
+                   "the leaf)\n", lead);
+}
+
 static void print_table(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const char *streams,
                         trace_result_t *tr, int ntr, int repeat)
 {
@@ -1505,10 +1353,13 @@ static void print_table(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const
             cfg->simulate ? ", simulated upstream" : "", streams, repeat, repeat == 1 ? "" : "s");
     if (cfg->simulate) {
         char b[32];
+        const char *rep = cfg->replaced && *cfg->replaced ? cfg->replaced : NULL;
         fprintf(f, "simulated upstream: %s of address space, never touched%s%s%s\n",
-                human(b, sizeof b, cfg->sim.cap), cfg->replaced ? " (stands for '" : "",
-                cfg->replaced ? cfg->replaced : "", cfg->replaced ? "')" : "");
+                human(b, sizeof b, cfg->sim.cap), rep ? " (in place of '" : "", rep ? rep : "",
+                rep ? "')" : "");
     }
+    if (ntr > 0)
+        reserved_note(f, "peak reserved: ", &tr[0].worst);
     fprintf(f, "%-40s %7s %3s %3s %8s %8s %11s %13s %8s %8s\n", "trace", "events", "thr", "str",
             "ops", "ns/op", "peak live", "peak reserved", "res/live", "failures");
     for (int i = 0; i < ntr; i++) {
@@ -1538,6 +1389,11 @@ static void print_table(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const
                     "%zu frees skipped\n",
                     t->name, w->err.failures, w->err.first_failure_line,
                     w->err.first_failure_size, w->err.first_failure_msg, w->err.skipped_frees);
+        if (i > 0 && (!w->measured_by != !tr[0].worst.measured_by ||
+                      (w->measured_by && strcmp(w->measured_by, tr[0].worst.measured_by)))) {
+            fprintf(f, "  %s: ", t->name);
+            reserved_note(f, "peak reserved here: ", w);
+        }
         if (t->nthreads > 1)
             fprintf(f, "  %s: %" PRIu32 " threads in log order; ns/op is the time inside the "
                        "calls, less the clock's cost\n", t->name, t->nthreads);
@@ -1642,7 +1498,7 @@ int main(int argc, char **argv)
         if (rankmem_resource_describe(chain, chain_desc, sizeof chain_desc, NULL) !=
             RANKMEM_SUCCESS)
             snprintf(chain_desc, sizeof chain_desc, "%s",
-                     cfg.simulate ? "(see spec)" : cfg.probed_spec);
+                     cfg.spec);
 #if HAVE_CUDA
         unsigned props = 0;
         rankmem_resource_properties(chain, &props);
@@ -1686,6 +1542,10 @@ int main(int argc, char **argv)
             } else {
                 if (res.peak_reserved > w->peak_reserved)
                     w->peak_reserved = res.peak_reserved;
+                if (res.peak_upstream > w->peak_upstream)
+                    w->peak_upstream = res.peak_upstream;
+                if (res.query_high > w->query_high)
+                    w->query_high = res.query_high;
                 if (res.upstream_allocs > w->upstream_allocs)
                     w->upstream_allocs = res.upstream_allocs;
                 if (res.err.failures > w->err.failures)

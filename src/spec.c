@@ -274,6 +274,34 @@ static rankmem_status_t build_arena(const spec_node_t *n, rankmem_resource_t *up
     return rankmem_arena_create(up, &prm, mr_p);
 }
 
+/* issue 10: system memory with GPU headroom, stream-ordered managed pools. */
+static rankmem_status_t build_sam_headroom(const spec_node_t *n, rankmem_resource_t *up,
+                                           rankmem_resource_t **mr_p)
+{
+    (void)up;
+    return rankmem_sam_headroom_create(val(n, "headroom")->size, mr_p);
+}
+
+/* In the order of async_managed.prefer's choices. */
+static const int prefer_locations[] = {RANKMEM_MANAGED_PREFER_DEVICE, RANKMEM_MANAGED_PREFER_HOST,
+                                       RANKMEM_MANAGED_PREFER_NONE};
+
+static rankmem_status_t build_async_managed(const spec_node_t *n, rankmem_resource_t *up,
+                                            rankmem_resource_t **mr_p)
+{
+    (void)up;
+    rankmem_async_managed_params_t prm;
+    rankmem_async_managed_params_default(&prm);
+    const spec_val_t *v;
+    if ((v = val(n, "initial"))->set)
+        prm.initial_pool_size = v->size;
+    if ((v = val(n, "release"))->set)
+        prm.release_threshold = v->size;
+    if ((v = val(n, "prefer"))->set)
+        prm.preferred_location = prefer_locations[v->num];
+    return rankmem_async_managed_create(&prm, mr_p);
+}
+
 static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_binning(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n);
@@ -329,6 +357,14 @@ static const spec_kind_t kinds[] = {
       {"superblock", V_SIZE, 0, "4MiB", NULL},
       {"dump", V_BOOL, 0, "0", NULL}},
      NULL, build_arena},
+    /* issue 10 */
+    {"sam_headroom", LEAF, 1, NULL, {{"headroom", V_SIZE, 1, NULL, NULL}}, NULL,
+     build_sam_headroom},
+    {"async_managed", LEAF, 1, NULL,
+     {{"initial", V_SIZE, 0, "0", NULL},
+      {"release", V_SIZE, 0, "unbounded", NULL},
+      {"prefer", V_ENUM, 0, "device", "device|host|none"}},
+     NULL, build_async_managed},
 };
 
 #define NKINDS (sizeof kinds / sizeof kinds[0])
@@ -347,6 +383,9 @@ struct parser {
      * syntax against a stand-in base, so that no CUDA context is made on
      * whatever device is current before the MPI plugin has bound the rank. */
     int check_only;
+    /* rankmem_resource_from_spec_upstream: the caller's upstream, which ends
+     * the chain (a wrapper may come last) and is what N% is of. */
+    rankmem_resource_t *over;
 };
 
 /* Record "origin: at col: message" as a RANKMEM_ERR_CONFIG. */
@@ -550,7 +589,7 @@ static rankmem_status_t parse_chain(parser_t *p)
             skip_ws(p);
         }
         if (p->i >= p->n) {
-            if (k->role == WRAPPER)
+            if (k->role == WRAPPER && !p->over)
                 return fail(p, pos, "'%s' needs an upstream after it (e.g. %s>cuda)", k->name,
                             k->name);
             return RANKMEM_SUCCESS;
@@ -660,6 +699,22 @@ static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n)
     return RANKMEM_SUCCESS;
 }
 
+/* N% over a given upstream is of what it can hold: its limit or bounded
+ * size when it says, else the memory its properties name. */
+static size_t over_percent_base(rankmem_resource_t *up, const char **why_p)
+{
+    size_t v = 0;
+    if (rankmem_resource_query(up, RANKMEM_QUERY_LIMIT, &v) == RANKMEM_SUCCESS && v)
+        return v;
+    if (rankmem_resource_query(up, RANKMEM_QUERY_POOL_MAX, &v) == RANKMEM_SUCCESS && v &&
+        v != SIZE_MAX)
+        return v;
+    rankmem_clear_error(); /* a query it does not answer is no error here */
+    unsigned props = 0;
+    rankmem_resource_properties(up, &props);
+    return rk_percent_base((props & RANKMEM_PROP_DEVICE_ACCESSIBLE) != 0, why_p);
+}
+
 static rankmem_status_t convert_values(parser_t *p)
 {
     /* % is of the memory where the chain's leaf allocates. */
@@ -687,7 +742,8 @@ static rankmem_status_t convert_values(parser_t *p)
                         p->percent_known = 1;
                     } else if (!p->percent_known) {
                         const char *pwhy = "";
-                        p->percent_base = rk_percent_base(device, &pwhy);
+                        p->percent_base = p->over ? over_percent_base(p->over, &pwhy)
+                                                  : rk_percent_base(device, &pwhy);
                         p->percent_known = 1;
                         if (!p->percent_base)
                             return fail(p, v->vpos, "cannot use %% in %s.%s: %s", k->name,
@@ -763,7 +819,7 @@ static void parser_free(parser_t *p)
 }
 
 static rankmem_status_t parse(const char *origin, const char *spec, int check_only,
-                              parser_t **p_p)
+                              rankmem_resource_t *over, parser_t **p_p)
 {
     if (!spec)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "%s%sNULL spec", origin ? origin : "",
@@ -776,6 +832,7 @@ static rankmem_status_t parse(const char *origin, const char *spec, int check_on
     p->n = strlen(spec);
     p->origin = origin;
     p->check_only = check_only;
+    p->over = over;
     rankmem_status_t st = parse_chain(p);
     if (st == RANKMEM_SUCCESS)
         st = convert_values(p);
@@ -808,6 +865,38 @@ static rankmem_status_t build_failed(parser_t *p, const spec_node_t *n, rankmem_
                     p->origin ? ": " : "", n->pos, n->kind->name, detail);
 }
 
+/* Build a parsed chain from its leaf leftwards; over (may be NULL) is the
+ * caller's upstream, in place of the spec's leaf if it has one. */
+static rankmem_status_t build_chain(parser_t *p, rankmem_resource_t *over,
+                                    rankmem_resource_t **mr_p)
+{
+    rankmem_status_t st;
+    rankmem_resource_t *up = NULL;
+    size_t j = p->nnodes;
+    if (over) {
+        if ((st = rankmem_resource_retain(over)) != RANKMEM_SUCCESS)
+            return st;
+        up = over; /* our reference, dropped like a built node's */
+        if (p->nodes[j - 1].kind->role == LEAF)
+            j--;
+    }
+    while (j-- > 0) {
+        const spec_node_t *n = &p->nodes[j];
+        rankmem_resource_t *mr = NULL;
+        st = n->kind->build(n, up, &mr);
+        if (st == RANKMEM_SUCCESS && !mr)
+            st = rk_error(RANKMEM_ERR_INTERNAL, "%s: constructor succeeded without a resource",
+                          n->kind->name);
+        if (st != RANKMEM_SUCCESS)
+            return build_failed(p, n, st, up);
+        if (up)
+            rankmem_resource_release(up); /* mr holds its own reference now */
+        up = mr;
+    }
+    *mr_p = up;
+    return RANKMEM_SUCCESS;
+}
+
 rankmem_status_t rk_resource_from_spec_named(const char *origin, const char *spec,
                                              rankmem_resource_t **mr_p)
 {
@@ -815,29 +904,12 @@ rankmem_status_t rk_resource_from_spec_named(const char *origin, const char *spe
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "%s%srankmem_resource_from_spec: NULL "
                         "output", origin ? origin : "", origin ? ": " : "");
     parser_t *p;
-    rankmem_status_t st = parse(origin, spec, 0, &p);
+    rankmem_status_t st = parse(origin, spec, 0, NULL, &p);
     if (st != RANKMEM_SUCCESS)
         return st;
-    rankmem_resource_t *up = NULL;
-    for (size_t j = p->nnodes; j-- > 0;) {
-        const spec_node_t *n = &p->nodes[j];
-        rankmem_resource_t *mr = NULL;
-        st = n->kind->build(n, up, &mr);
-        if (st == RANKMEM_SUCCESS && !mr)
-            st = rk_error(RANKMEM_ERR_INTERNAL, "%s: constructor succeeded without a resource",
-                          n->kind->name);
-        if (st != RANKMEM_SUCCESS) {
-            st = build_failed(p, n, st, up);
-            parser_free(p);
-            return st;
-        }
-        if (up)
-            rankmem_resource_release(up); /* mr holds its own reference now */
-        up = mr;
-    }
+    st = build_chain(p, NULL, mr_p);
     parser_free(p);
-    *mr_p = up;
-    return RANKMEM_SUCCESS;
+    return st;
 }
 
 rankmem_status_t rankmem_resource_from_spec(const char *spec, rankmem_resource_t **mr_p)
@@ -845,10 +917,27 @@ rankmem_status_t rankmem_resource_from_spec(const char *spec, rankmem_resource_t
     return rk_resource_from_spec_named(NULL, spec, mr_p);
 }
 
+rankmem_status_t rankmem_resource_from_spec_upstream(const char *spec,
+                                                     rankmem_resource_t *upstream,
+                                                     rankmem_resource_t **mr_p)
+{
+    if (!upstream || !mr_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_resource_from_spec_upstream: NULL %s",
+                        upstream ? "output" : "upstream");
+    parser_t *p;
+    rankmem_status_t st = parse(NULL, spec, 0, upstream, &p);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    st = build_chain(p, upstream, mr_p);
+    parser_free(p);
+    return st;
+}
+
 rankmem_status_t rk_spec_check_named(const char *origin, const char *spec)
 {
     parser_t *p;
-    rankmem_status_t st = parse(origin, spec, 1, &p);
+    rankmem_status_t st = parse(origin, spec, 1, NULL, &p);
     if (st == RANKMEM_SUCCESS)
         parser_free(p);
     return st;

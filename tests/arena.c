@@ -16,6 +16,7 @@
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
+#include "stress_harness.h"
 
 #define KiB ((size_t)1 << 10)
 #define MiB ((size_t)1 << 20)
@@ -103,29 +104,20 @@ static int count_lines(const char *s, const char *needle)
 
 /* ---- randomized runs ---- */
 
-#define MAXLIVE 512
-
-typedef struct {
-    unsigned char *p;
-    size_t n, align;
-    unsigned char fill;
-    rankmem_stream_t stream;
-} live_t;
-
-static int no_overlap(const live_t *live, int n, const live_t *x)
+static size_t up_to_two_superblocks(void *arg, unsigned long long *s)
 {
-    for (int i = 0; i < n; i++)
-        if (x->p < live[i].p + live[i].n && live[i].p < x->p + x->n)
-            return 0;
-    return 1;
+    (void)arg;
+    return sh_log_size(s, 1, 2 * SB);
 }
 
-static int intact(const live_t *b)
+/* At the end, before the last frees: the peak of what was in use. */
+static int note_used_high(void *arg, rankmem_resource_t *mr, long step, const sh_live_t *live,
+                          int n)
 {
-    for (size_t i = 0; i < b->n; i++)
-        if (b->p[i] != b->fill)
-            return 0;
-    return 1;
+    (void)live, (void)n;
+    if (step == -1)
+        *(size_t *)arg = q(mr, RANKMEM_QUERY_USED_HIGH);
+    return 0;
 }
 
 static void random_run(const char *over, rankmem_resource_t *up, unsigned long long seed,
@@ -133,71 +125,32 @@ static void random_run(const char *over, rankmem_resource_t *up, unsigned long l
 {
     rankmem_resource_t *mr = make_arena(up, arena_bytes, SB, 0);
     static const rankmem_stream_t streams[] = {NULL, SA, SB_, SC};
-    static live_t live[MAXLIVE];
-    int n = 0, overlaps = 0, misaligned = 0, corrupt = 0, bad_status = 0, ooms = 0, allocs = 0;
-    int large = 0, cross = 0;
-    test_seed(seed);
-    for (int s = 0; s < steps; s++) {
-        int do_alloc = n == 0 || (n < MAXLIVE && test_rand() % 100 < 55);
-        if (do_alloc) {
-            static const size_t aligns[] = {0, 256, 512, 4096, 65536, 1 << 20};
-            live_t b;
-            b.n = test_log_size(1, 2 * SB);
-            b.align = aligns[test_rand() % (sizeof aligns / sizeof aligns[0])];
-            b.fill = (unsigned char)(1 + test_rand() % 255);
-            b.stream = use_streams ? streams[test_rand() % 4] : NULL;
-            void *p = NULL;
-            rankmem_status_t st = rankmem_allocate_async(mr, b.n, b.align, b.stream, &p);
-            if (st == RANKMEM_ERR_OUT_OF_MEMORY) {
-                ooms++;
-                continue;
-            }
-            if (st != RANKMEM_SUCCESS) {
-                bad_status++;
-                continue;
-            }
-            allocs++;
-            large += b.n > SB;
-            b.p = p;
-            size_t a = b.align ? b.align : 256;
-            if ((uintptr_t)b.p % a)
-                misaligned++;
-            if (!no_overlap(live, n, &b))
-                overlaps++;
-            memset(b.p, b.fill, b.n);
-            live[n++] = b;
-        } else {
-            int i = (int)(test_rand() % (unsigned)n);
-            if (!intact(&live[i]))
-                corrupt++;
-            rankmem_stream_t fs = live[i].stream;
-            if (use_streams && test_rand() % 4 == 0) { /* freed on another stream */
-                fs = streams[test_rand() % 4];
-                cross += fs != live[i].stream;
-            }
-            if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, fs) !=
-                RANKMEM_SUCCESS)
-                bad_status++;
-            live[i] = live[--n];
-        }
-    }
-    size_t used_high = q(mr, RANKMEM_QUERY_USED_HIGH);
-    for (int i = 0; i < n; i++) {
-        if (!intact(&live[i]))
-            corrupt++;
-        if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, live[i].stream) !=
-            RANKMEM_SUCCESS)
-            bad_status++;
-    }
-    ok(allocs > steps / 4 && large > 0, "%s seed %llu: %d allocations served, %d large (%d out of memory)",
-       over, seed, allocs, large, ooms);
-    ok(overlaps == 0, "%s seed %llu: no two live blocks overlap (%d)", over, seed, overlaps);
-    ok(misaligned == 0, "%s seed %llu: every block has its alignment (%d)", over, seed, misaligned);
-    ok(corrupt == 0, "%s seed %llu: contents survive until freed (%d)", over, seed, corrupt);
-    ok(bad_status == 0, "%s seed %llu: every call returned success or out of memory (%d)", over,
-       seed, bad_status);
+    static const size_t aligns[] = {0, 256, 512, 4096, 65536, 1 << 20};
+    size_t used_high = 0;
+    /* With streams, one free in four goes on a stream of its own choosing. */
+    sh_seq_config_t cfg = {.mr = mr, .steps = steps, .max_live = 512, .alloc_pct = 55,
+                           .seed = seed, .size = up_to_two_superblocks,
+                           .aligns = aligns, .naligns = sizeof aligns / sizeof aligns[0],
+                           .streams = use_streams ? streams : NULL,
+                           .nstreams = use_streams ? 4 : 0, .other_stream_pct = 25,
+                           .large_above = SB, .refusal = RANKMEM_ERR_OUT_OF_MEMORY,
+                           .hook = note_used_high, .arg = &used_high};
+    sh_seq_result_t res;
+    sh_seq_run(&cfg, &res);
+    ok(res.allocs > steps / 4 && res.large > 0,
+       "%s seed %llu: %ld allocations served, %ld large (%ld out of memory)", over, seed,
+       res.allocs, res.large, res.refused);
+    ok(res.overlaps == 0, "%s seed %llu: no two live blocks overlap (%ld)", over, seed,
+       res.overlaps);
+    ok(res.misaligned == 0, "%s seed %llu: every block has its alignment (%ld)", over, seed,
+       res.misaligned);
+    ok(res.corrupt == 0, "%s seed %llu: contents survive until freed (%ld)", over, seed,
+       res.corrupt);
+    ok(res.errors == 0, "%s seed %llu: every call returned success or out of memory (%ld)", over,
+       seed, res.errors);
     if (use_streams)
-        ok(cross > 0, "%s seed %llu: %d blocks were freed on another stream", over, seed, cross);
+        ok(res.cross > 0, "%s seed %llu: %ld blocks were freed on another stream", over, seed,
+           res.cross);
     ok(q(mr, RANKMEM_QUERY_USED_CURRENT) == 0 && q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0,
        "%s seed %llu: nothing in use at the end", over, seed);
     ok(used_high > 0 && used_high <= arena_bytes && q(mr, RANKMEM_QUERY_RESERVED_HIGH) <= arena_bytes,
@@ -588,135 +541,29 @@ static void test_cross_thread(void)
 /* ---- 8-thread stress: own streams, handoffs, a bounded arena ---- */
 
 #define NTHREADS 8
-#define HANDOFF 64
 
-static rankmem_resource_t *smr;
-static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    unsigned char *p;
-    size_t n;
-    unsigned char fill;
-} handoff[HANDOFF];
-static int nhandoff, stress_steps;
-static int errors[NTHREADS], corrupt[NTHREADS], served[NTHREADS], ooms[NTHREADS];
+static int stress_steps;
 
-static unsigned long long rng(unsigned long long *s)
+/* Mostly small; one in 16 up to three superblocks. */
+static size_t stress_size(void *arg, unsigned r, unsigned long long *s)
 {
-    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-
-static int check(const unsigned char *p, size_t n, unsigned char fill)
-{
-    for (size_t i = 0; i < n; i += 61)
-        if (p[i] != fill)
-            return 0;
-    return p[n - 1] == fill;
-}
-
-static void *stress_worker(void *arg)
-{
-    int id = (int)(intptr_t)arg;
-    /* Threads 0 and 1 share the default stream (per-thread arenas); the others have their own. */
-    rankmem_stream_t stream = id < 2 ? NULL : (rankmem_stream_t)(uintptr_t)(0x100 * (id + 1));
-    unsigned long long s = 12345 + (unsigned long long)id;
-    struct {
-        unsigned char *p;
-        size_t n;
-        unsigned char fill;
-    } mine[32];
-    int n = 0;
-    for (int step = 0; step < stress_steps; step++) {
-        unsigned r = (unsigned)rng(&s);
-        if (n < 32 && (n == 0 || r % 3)) {
-            size_t bytes = r % 16 == 0 ? 1 + rng(&s) % (3 * SB) : 1 + rng(&s) % (16 * KiB);
-            void *p;
-            rankmem_status_t st = rankmem_allocate_async(smr, bytes, 0, stream, &p);
-            if (st == RANKMEM_ERR_OUT_OF_MEMORY) {
-                ooms[id]++;
-                continue;
-            }
-            if (st != RANKMEM_SUCCESS) {
-                errors[id]++;
-                continue;
-            }
-            served[id]++;
-            unsigned char fill = (unsigned char)(id * 31 + step);
-            memset(p, fill, bytes);
-            mine[n].p = p, mine[n].n = bytes, mine[n].fill = fill;
-            n++;
-        } else {
-            int i = (int)(rng(&s) % (unsigned)n);
-            if (!check(mine[i].p, mine[i].n, mine[i].fill))
-                corrupt[id]++;
-            int passed = 0;
-            if (r % 7 == 0) { /* pass it on, to be freed by another thread on its stream */
-                pthread_mutex_lock(&handoff_lock);
-                if (nhandoff < HANDOFF) {
-                    handoff[nhandoff].p = mine[i].p, handoff[nhandoff].n = mine[i].n;
-                    handoff[nhandoff].fill = mine[i].fill;
-                    nhandoff++;
-                    passed = 1;
-                }
-                pthread_mutex_unlock(&handoff_lock);
-            }
-            if (!passed && rankmem_deallocate_async(smr, mine[i].p, mine[i].n, 0, stream))
-                errors[id]++;
-            mine[i] = mine[--n];
-        }
-        if (r % 11 == 0) {
-            unsigned char *p = NULL;
-            size_t bytes = 0;
-            unsigned char fill = 0;
-            pthread_mutex_lock(&handoff_lock);
-            if (nhandoff) {
-                nhandoff--;
-                p = handoff[nhandoff].p, bytes = handoff[nhandoff].n, fill = handoff[nhandoff].fill;
-            }
-            pthread_mutex_unlock(&handoff_lock);
-            if (p) {
-                if (!check(p, bytes, fill))
-                    corrupt[id]++;
-                if (rankmem_deallocate_async(smr, p, bytes, 0, stream))
-                    errors[id]++;
-            }
-        }
-        if (id == 0 && step % 2000 == 1000) /* someone trims meanwhile */
-            rankmem_resource_trim(smr, 0);
-    }
-    for (int i = 0; i < n; i++) {
-        if (!check(mine[i].p, mine[i].n, mine[i].fill))
-            corrupt[id]++;
-        if (rankmem_deallocate_async(smr, mine[i].p, mine[i].n, 0, stream))
-            errors[id]++;
-    }
-    return NULL;
+    (void)arg;
+    return r % 16 == 0 ? 1 + sh_rng(s) % (3 * SB) : 1 + sh_rng(s) % (16 * KiB);
 }
 
 static void stress(const char *what, size_t arena_bytes)
 {
     int finalized;
     counting_t *up = counting_new(&finalized);
-    smr = make_arena(&up->base, arena_bytes, SB, 0);
-    memset(errors, 0, sizeof errors);
-    memset(corrupt, 0, sizeof corrupt);
-    memset(served, 0, sizeof served);
-    memset(ooms, 0, sizeof ooms);
-    nhandoff = 0;
-    pthread_t t[NTHREADS];
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_create(&t[i], NULL, stress_worker, (void *)(intptr_t)i);
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_join(t[i], NULL);
-    for (int i = 0; i < nhandoff; i++)
-        rankmem_deallocate(smr, handoff[i].p, handoff[i].n, 0);
-    int err = 0, bad = 0, total = 0, oom = 0;
-    for (int i = 0; i < NTHREADS; i++)
-        err += errors[i], bad += corrupt[i], total += served[i], oom += ooms[i];
-    ok(err == 0, "%s: %d threads, every call succeeded or said out of memory (%d errors, %d OOM)",
-       what, NTHREADS, err, oom);
-    ok(bad == 0, "%s: no block was overwritten by another thread (%d)", what, bad);
-    ok(total > NTHREADS * stress_steps / 4, "%s: %d allocations served", what, total);
+    rankmem_resource_t *smr = make_arena(&up->base, arena_bytes, SB, 0);
+    /* Threads 0 and 1 share the default stream (per-thread arenas); the others have their own. */
+    sh_config_t cfg = {.mr = smr, .threads = NTHREADS, .steps = stress_steps, .live = 32,
+                       .seed = 12345, .handoff_mod = 7, .take_mod = 11, .default_streams = 2,
+                       .refusal = RANKMEM_ERR_OUT_OF_MEMORY, .size = stress_size,
+                       .hook = sh_hook_trim};
+    sh_result_t res;
+    sh_run(&cfg, &res);
+    sh_report(&res, what, NTHREADS * stress_steps / 4); /* refused: out of memory */
     ok(q(smr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(smr, RANKMEM_QUERY_USED_CURRENT) == 0,
        "%s: nothing live at the end", what);
     ok(q(smr, RANKMEM_QUERY_RESERVED_HIGH) <= arena_bytes, "%s: reserved high %zu within the arena",

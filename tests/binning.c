@@ -10,6 +10,7 @@
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
+#include "stress_harness.h"
 
 
 #define S1 ((rankmem_stream_t)(uintptr_t)0x1000)
@@ -264,21 +265,10 @@ static void test_busy(void)
 
 /* ---- randomized ---- */
 
-#define MAXLIVE 300
-
-typedef struct {
-    unsigned char *p;
-    size_t n, align;
-    rankmem_stream_t s;
-    unsigned char fill;
-} live_t;
-
-static int intact(const live_t *b)
+static size_t up_to_1mib(void *arg, unsigned long long *s)
 {
-    for (size_t i = 0; i < b->n; i += 7)
-        if (b->p[i] != b->fill)
-            return 0;
-    return b->p[b->n - 1] == b->fill;
+    (void)arg;
+    return sh_log_size(s, 1, 1 << 20);
 }
 
 static void random_run(const char *what, rankmem_resource_t *upstream, counting_t *count,
@@ -290,53 +280,20 @@ static void random_run(const char *what, rankmem_resource_t *upstream, counting_
     /* A fixed bin off the powers of two, to route around. */
     if (rankmem_binning_add_bin(mr, 6000, NULL) != RANKMEM_SUCCESS)
         BAIL_OUT("add_bin: %s", rankmem_last_error());
-    static live_t live[MAXLIVE];
     static const rankmem_stream_t streams[] = {NULL, S1, S2};
     static const size_t aligns[] = {0, 256, 512, 4096};
-    int n = 0, overlaps = 0, misaligned = 0, corrupt = 0, bad = 0, allocs = 0;
-    test_seed(seed);
-    for (int s = 0; s < steps; s++) {
-        if (s % 4000 == 3999 && rankmem_resource_trim(mr, 0) != RANKMEM_SUCCESS)
-            bad++;
-        if (n == 0 || (n < MAXLIVE && test_rand() % 100 < 52)) {
-            live_t b;
-            b.n = test_log_size(1, 1 << 20);
-            b.align = aligns[test_rand() % 4];
-            b.s = streams[test_rand() % 3];
-            b.fill = (unsigned char)(1 + test_rand() % 255);
-            void *p;
-            if (rankmem_allocate_async(mr, b.n, b.align, b.s, &p) != RANKMEM_SUCCESS) {
-                bad++;
-                continue;
-            }
-            allocs++;
-            b.p = p;
-            if ((uintptr_t)b.p % (b.align ? b.align : 256))
-                misaligned++;
-            for (int i = 0; i < n; i++)
-                if (b.p < live[i].p + live[i].n && live[i].p < b.p + b.n)
-                    overlaps++;
-            memset(b.p, b.fill, b.n);
-            live[n++] = b;
-        } else {
-            int i = (int)(test_rand() % (unsigned)n);
-            if (!intact(&live[i]))
-                corrupt++;
-            rankmem_stream_t fs = test_rand() % 5 ? live[i].s : streams[test_rand() % 3];
-            if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, fs))
-                bad++;
-            live[i] = live[--n];
-        }
-    }
-    ok(!bad && allocs > steps / 3, "%s: %d allocations, every call succeeded (%d failures)", what,
-       allocs, bad);
-    ok(!overlaps && !misaligned && !corrupt,
-       "%s: no overlap (%d), misalignment (%d), corruption (%d)", what, overlaps, misaligned,
-       corrupt);
-    for (int i = 0; i < n; i++)
-        if (!intact(&live[i]) ||
-            rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, live[i].s))
-            bad++;
+    sh_seq_config_t cfg = {.mr = mr, .steps = steps, .max_live = 300, .alloc_pct = 52,
+                           .seed = seed, .size = up_to_1mib, .aligns = aligns, .naligns = 4,
+                           .streams = streams, .nstreams = 3, .other_stream_pct = 20,
+                           .hook = sh_seq_hook_trim};
+    sh_seq_result_t res;
+    sh_seq_run(&cfg, &res);
+    long bad = res.errors + res.hook_failures;
+    ok(!bad && res.allocs > steps / 3, "%s: %ld allocations, every call succeeded (%ld failures)",
+       what, res.allocs, bad);
+    ok(!res.overlaps && !res.misaligned && !res.corrupt,
+       "%s: no overlap (%ld), misalignment (%ld), corruption (%ld)", what, res.overlaps,
+       res.misaligned, res.corrupt);
     ok(!bad && q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_USED_CURRENT) == 0,
        "%s: all freed", what);
     is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "%s: trim to 0", what);
@@ -351,130 +308,30 @@ static void random_run(const char *what, rankmem_resource_t *upstream, counting_
 
 #define NTHREADS 8
 #define STEPS 15000
-#define HANDOFF 64
 
-static rankmem_resource_t *shared;
-static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    unsigned char *p;
-    size_t n;
-    unsigned char fill;
-} handoff[HANDOFF];
-static int nhandoff;
-static int t_errors[NTHREADS], t_corrupt[NTHREADS], t_served[NTHREADS];
-
-static unsigned long long rng(unsigned long long *s)
+/* Log-uniform 1 B .. 128 KiB; now and then above the largest bin. */
+static size_t thread_size(void *arg, unsigned r, unsigned long long *s)
 {
-    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-
-static int check(const unsigned char *p, size_t n, unsigned char fill)
-{
-    for (size_t i = 0; i < n; i += 61)
-        if (p[i] != fill)
-            return 0;
-    return p[n - 1] == fill;
-}
-
-static void *worker(void *arg)
-{
-    int id = (int)(intptr_t)arg;
-    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x100 * (id + 1));
-    unsigned long long s = 777 + (unsigned long long)id;
-    struct {
-        unsigned char *p;
-        size_t n;
-        unsigned char fill;
-    } mine[48];
-    int n = 0;
-    for (int step = 0; step < STEPS; step++) {
-        unsigned r = (unsigned)rng(&s);
-        if (id == 0 && step % 2000 == 1999 && rankmem_resource_trim(shared, 0))
-            t_errors[id]++;
-        if (n < 48 && (n == 0 || r % 3)) {
-            /* Log-uniform 1 B .. 128 KiB; now and then above the largest bin. */
-            size_t bytes = ((size_t)1 << (rng(&s) % 17)) + rng(&s) % 1024;
-            if (r % 97 == 0)
-                bytes = (1 << 17) + 1 + rng(&s) % 4096;
-            void *p;
-            if (rankmem_allocate_async(shared, bytes, 0, stream, &p) != RANKMEM_SUCCESS) {
-                t_errors[id]++;
-                continue;
-            }
-            t_served[id]++;
-            unsigned char fill = (unsigned char)(id * 31 + step);
-            memset(p, fill, bytes);
-            mine[n].p = p, mine[n].n = bytes, mine[n].fill = fill;
-            n++;
-        } else {
-            int i = (int)(rng(&s) % (unsigned)n);
-            if (!check(mine[i].p, mine[i].n, mine[i].fill))
-                t_corrupt[id]++;
-            int passed = 0;
-            if (r % 5 == 0) {
-                pthread_mutex_lock(&handoff_lock);
-                if (nhandoff < HANDOFF) {
-                    handoff[nhandoff].p = mine[i].p, handoff[nhandoff].n = mine[i].n;
-                    handoff[nhandoff].fill = mine[i].fill;
-                    nhandoff++;
-                    passed = 1;
-                }
-                pthread_mutex_unlock(&handoff_lock);
-            }
-            if (!passed && rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
-                t_errors[id]++;
-            mine[i] = mine[--n];
-        }
-        if (r % 7 == 0) {
-            unsigned char *p = NULL;
-            size_t bytes = 0;
-            unsigned char fill = 0;
-            pthread_mutex_lock(&handoff_lock);
-            if (nhandoff) {
-                nhandoff--;
-                p = handoff[nhandoff].p, bytes = handoff[nhandoff].n, fill = handoff[nhandoff].fill;
-            }
-            pthread_mutex_unlock(&handoff_lock);
-            if (p) {
-                if (!check(p, bytes, fill))
-                    t_corrupt[id]++;
-                if (rankmem_deallocate_async(shared, p, bytes, 0, stream))
-                    t_errors[id]++;
-            }
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (!check(mine[i].p, mine[i].n, mine[i].fill))
-            t_corrupt[id]++;
-        if (rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
-            t_errors[id]++;
-    }
-    return NULL;
+    (void)arg;
+    if (r % 97 == 0)
+        return (1 << 17) + 1 + sh_rng(s) % 4096;
+    size_t bytes = (size_t)1 << (sh_rng(s) % 17);
+    return bytes + sh_rng(s) % 1024;
 }
 
 static void test_threads(void)
 {
     int fin;
     counting_t *up = counting_new(&fin);
+    rankmem_resource_t *shared;
     if (rankmem_binning_create(&up->base, 8, 17, &shared) != RANKMEM_SUCCESS)
         BAIL_OUT("binning_create: %s", rankmem_last_error());
-    pthread_t t[NTHREADS];
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_join(t[i], NULL);
-    int err = 0, bad = 0, total = 0;
-    for (int i = 0; i < nhandoff; i++) {
-        bad += !check(handoff[i].p, handoff[i].n, handoff[i].fill);
-        err += rankmem_deallocate(shared, handoff[i].p, handoff[i].n, 0) != RANKMEM_SUCCESS;
-    }
-    for (int i = 0; i < NTHREADS; i++)
-        err += t_errors[i], bad += t_corrupt[i], total += t_served[i];
-    ok(err == 0, "%d threads, own streams, handoffs, trims: every call succeeded (%d errors)",
-       NTHREADS, err);
-    ok(bad == 0, "no block was overwritten by another thread (%d)", bad);
-    ok(total > NTHREADS * STEPS / 3, "%d allocations served", total);
+    sh_config_t cfg = {.mr = shared, .threads = NTHREADS, .steps = STEPS, .live = 48,
+                       .seed = 777, .handoff_mod = 5, .take_mod = 7, .size = thread_size,
+                       .hook = sh_hook_trim};
+    sh_result_t res;
+    sh_run(&cfg, &res);
+    sh_report(&res, "8 threads, own streams, handoffs, trims", NTHREADS * STEPS / 3);
     ok(q(shared, RANKMEM_QUERY_LIVE_COUNT) == 0, "nothing live at the end");
     is_status(rankmem_resource_trim(shared, 0), RANKMEM_SUCCESS, "trim to 0");
     ok(up->outstanding_bytes == 0, "every bin's batches came back whole (%zu outstanding)",

@@ -14,6 +14,7 @@
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
+#include "stress_harness.h"
 
 #define S1 ((rankmem_stream_t)(uintptr_t)0x100)
 #define S2 ((rankmem_stream_t)(uintptr_t)0x200)
@@ -616,36 +617,48 @@ static void test_oom(void)
 
 /* ---- randomized ---- */
 
-#define MAXLIVE 512
-
 typedef struct {
-    unsigned char *p;
-    size_t n, align;
-    rankmem_stream_t stream;
-    unsigned char fill;
-} live_t;
+    unsigned growth, min_bin, max_bin;
+    size_t cap, max_req;
+    rankmem_resource_t *below; /* the pool under the cache, or NULL */
+    counting_t *up;
+    long over_cap, books;
+} books_t;
 
-/* Large blocks are written and checked at a stride, ends included. */
-static size_t stride_of(size_t n) { return n <= (64 << 10) ? 1 : 509; }
-
-static void fill(const live_t *b)
+static size_t up_to_max_req(void *arg, unsigned long long *s)
 {
-    size_t st = stride_of(b->n);
-    if (st == 1)
-        memset(b->p, b->fill, b->n);
-    else
-        for (size_t i = 0; i < b->n; i += st)
-            b->p[i] = b->fill;
-    b->p[b->n - 1] = b->fill;
+    return sh_log_size(s, 1, ((const books_t *)arg)->max_req);
 }
 
-static int intact(const live_t *b)
+/* Every 64 steps, the books against the live blocks: what the cache holds
+ * is what is live (in whole bins) plus at most the cap, and it is what the
+ * upstream lent; used bytes and live count exact. Every 5000 steps a trim. */
+static int check_books(void *arg, rankmem_resource_t *mr, long step, const sh_live_t *live,
+                       int n)
 {
-    size_t st = stride_of(b->n);
-    for (size_t i = 0; i < b->n; i += st)
-        if (b->p[i] != b->fill)
-            return 0;
-    return b->p[b->n - 1] == b->fill;
+    books_t *k = arg;
+    int books = step >= 0 && step % 64 == 0, trim = step >= 0 && step % 5000 == 4999;
+    if (!books && !trim)
+        return 0;
+    size_t live_bins = 0, used = 0;
+    for (int i = 0; i < n; i++) {
+        size_t bb = bin_bytes(k->growth, k->min_bin, k->max_bin, live[i].b.n);
+        live_bins += bb ? bb : live[i].b.n;
+        used += live[i].b.n;
+    }
+    if (books) {
+        size_t reserved = q(mr, RANKMEM_QUERY_RESERVED_CURRENT);
+        if (reserved < live_bins || reserved - live_bins > k->cap)
+            k->over_cap++;
+        size_t below_used = k->below ? q(k->below, RANKMEM_QUERY_USED_CURRENT)
+                                     : k->up->outstanding_bytes;
+        if (below_used != reserved || q(mr, RANKMEM_QUERY_USED_CURRENT) != used ||
+            q(mr, RANKMEM_QUERY_LIVE_COUNT) != (size_t)n)
+            k->books++;
+    }
+    if (trim) /* to 0, or to half the cap above what is live */
+        rankmem_resource_trim(mr, step % 10000 == 9999 ? 0 : live_bins + k->cap / 2);
+    return 0;
 }
 
 static void random_run(unsigned long long seed, int over_pool, unsigned growth, unsigned min_bin,
@@ -666,73 +679,27 @@ static void random_run(unsigned long long seed, int over_pool, unsigned growth, 
     if (rankmem_caching_create(below, &prm, &mr) != RANKMEM_SUCCESS)
         BAIL_OUT("caching_create: %s", rankmem_last_error());
     rankmem_resource_release(below);
-    static live_t live[MAXLIVE];
     static const rankmem_stream_t streams[] = {NULL, S1, S2, S3};
     static const size_t aligns[] = {0, 256, 512, 4096, 65536};
-    int n = 0, overlaps = 0, misaligned = 0, corrupt = 0, bad_status = 0, over_cap = 0, books = 0;
-    size_t live_bins = 0, used = 0;
-    test_seed(seed);
-    for (int s = 0; s < steps; s++) {
-        if (n == 0 || (n < MAXLIVE && test_rand() % 100 < 52)) {
-            live_t b;
-            b.n = test_log_size(1, max_req);
-            b.align = aligns[test_rand() % 5];
-            b.stream = streams[test_rand() % 4];
-            b.fill = (unsigned char)(1 + test_rand() % 255);
-            void *p = NULL;
-            if (rankmem_allocate_async(mr, b.n, b.align, b.stream, &p) != RANKMEM_SUCCESS) {
-                bad_status++;
-                continue;
-            }
-            b.p = p;
-            if ((uintptr_t)b.p % (b.align ? b.align : 256))
-                misaligned++;
-            for (int i = 0; i < n; i++)
-                if (b.p < live[i].p + live[i].n && live[i].p < b.p + b.n)
-                    overlaps++;
-            fill(&b);
-            live[n++] = b;
-            size_t bb = bin_bytes(growth, min_bin, max_bin, b.n);
-            live_bins += bb ? bb : b.n;
-            used += b.n;
-        } else {
-            int i = (int)(test_rand() % (unsigned)n);
-            if (!intact(&live[i]))
-                corrupt++;
-            /* Freed on the stream it was used on, or on another one. */
-            rankmem_stream_t fs = test_rand() % 4 ? live[i].stream : streams[test_rand() % 4];
-            if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, fs) != RANKMEM_SUCCESS)
-                bad_status++;
-            size_t bb = bin_bytes(growth, min_bin, max_bin, live[i].n);
-            live_bins -= bb ? bb : live[i].n;
-            used -= live[i].n;
-            live[i] = live[--n];
-        }
-        if (s % 64 == 0) {
-            size_t reserved = q(mr, RANKMEM_QUERY_RESERVED_CURRENT);
-            if (reserved < live_bins || reserved - live_bins > cap)
-                over_cap++;
-            size_t below_used = over_pool ? q(pool, RANKMEM_QUERY_USED_CURRENT) : up->outstanding_bytes;
-            if (below_used != reserved || q(mr, RANKMEM_QUERY_USED_CURRENT) != used ||
-                q(mr, RANKMEM_QUERY_LIVE_COUNT) != (size_t)n)
-                books++;
-        }
-        if (s % 5000 == 4999)
-            rankmem_resource_trim(mr, s % 10000 == 9999 ? 0 : live_bins + cap / 2);
-    }
-    for (int i = 0; i < n; i++) {
-        if (!intact(&live[i]))
-            corrupt++;
-        if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, live[i].stream) != RANKMEM_SUCCESS)
-            bad_status++;
-    }
+    books_t k = {growth, min_bin, max_bin, cap, max_req, pool, up, 0, 0};
+    /* Freed on the stream it was used on, or (one in four) on another one. */
+    sh_seq_config_t cfg = {.mr = mr, .steps = steps, .max_live = 512, .alloc_pct = 52,
+                           .seed = seed, .size = up_to_max_req, .aligns = aligns, .naligns = 5,
+                           .streams = streams, .nstreams = 4, .other_stream_pct = 25,
+                           .hook = check_books, .arg = &k};
+    sh_seq_result_t res;
+    sh_seq_run(&cfg, &res);
     const char *where = over_pool ? "pool" : "host";
-    ok(bad_status == 0, "seed %llu over %s: every call succeeded (%d failures)", seed, where, bad_status);
-    ok(overlaps == 0, "seed %llu: no two live blocks overlap (%d)", seed, overlaps);
-    ok(misaligned == 0, "seed %llu: every block has its alignment (%d)", seed, misaligned);
-    ok(corrupt == 0, "seed %llu: contents survive until freed (%d)", seed, corrupt);
-    ok(over_cap == 0, "seed %llu: cached bytes never above the cap of %zu (%d)", seed, cap, over_cap);
-    ok(books == 0, "seed %llu: reserved = what the upstream lent, used and live counts exact (%d)", seed, books);
+    ok(res.errors == 0, "seed %llu over %s: every call succeeded (%ld failures)", seed, where,
+       res.errors);
+    ok(res.overlaps == 0, "seed %llu: no two live blocks overlap (%ld)", seed, res.overlaps);
+    ok(res.misaligned == 0, "seed %llu: every block has its alignment (%ld)", seed,
+       res.misaligned);
+    ok(res.corrupt == 0, "seed %llu: contents survive until freed (%ld)", seed, res.corrupt);
+    ok(k.over_cap == 0, "seed %llu: cached bytes never above the cap of %zu (%ld)", seed, cap,
+       k.over_cap);
+    ok(k.books == 0, "seed %llu: reserved = what the upstream lent, used and live counts exact (%ld)",
+       seed, k.books);
     ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_USED_CURRENT) == 0,
        "seed %llu: nothing live at the end", seed);
     is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "seed %llu: released", seed);
@@ -805,132 +772,34 @@ static void test_bad_inputs(void)
 /* ---- threads ---- */
 
 #define NTHREADS 8
-#define HANDOFF 64
 
-static rankmem_resource_t *stress_mr;
-static int stress_steps;
-static size_t stress_max;
-static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    unsigned char *p;
-    size_t n;
-    unsigned char fill;
-} handoff[HANDOFF];
-static int nhandoff;
-static int st_errors[NTHREADS], st_corrupt[NTHREADS], st_served[NTHREADS], st_refused[NTHREADS];
-static pthread_barrier_t st_start;
-
-static unsigned long long rng(unsigned long long *s)
+static size_t stress_size(void *arg, unsigned r, unsigned long long *s)
 {
-    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
+    (void)r;
+    return 1 + sh_rng(s) % *(size_t *)arg;
 }
 
-static int check(const unsigned char *p, size_t n, unsigned char fill)
+/* One thread empties the cache and one trims it under the others' feet; a
+ * third asks what the cache holds. */
+static int stress_hook(void *arg, rankmem_resource_t *mr, int id, long step)
 {
-    for (size_t i = 0; i < n; i += 61)
-        if (p[i] != fill)
-            return 0;
-    return p[n - 1] == fill;
-}
-
-static void *stress_worker(void *arg)
-{
-    int id = (int)(intptr_t)arg;
-    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x1000 * (id + 1));
-    unsigned long long s = 4242 + (unsigned long long)id;
-    struct {
-        unsigned char *p;
-        size_t n;
-        unsigned char fill;
-    } mine[32];
-    int n = 0;
-    pthread_barrier_wait(&st_start);
-    for (int step = 0; step < stress_steps; step++) {
-        unsigned r = (unsigned)rng(&s);
-        /* Few cores: give the others a turn now and then, so that threads
-         * really interleave inside the resource instead of running in turn. */
-        if (step % 64 == 63)
-            sched_yield();
-        if (n < 32 && (n == 0 || r % 3)) {
-            size_t bytes = 1 + rng(&s) % stress_max;
-            void *p;
-            rankmem_status_t st = rankmem_allocate_async(stress_mr, bytes, 0, stream, &p);
-            if (st == RANKMEM_ERR_LIMIT) {
-                st_refused[id]++;
-                continue;
-            }
-            if (st != RANKMEM_SUCCESS) {
-                st_errors[id]++;
-                continue;
-            }
-            st_served[id]++;
-            unsigned char fill = (unsigned char)(id * 31 + step);
-            memset(p, fill, bytes);
-            mine[n].p = p, mine[n].n = bytes, mine[n].fill = fill;
-            n++;
-        } else {
-            int i = (int)(rng(&s) % (unsigned)n);
-            if (!check(mine[i].p, mine[i].n, mine[i].fill))
-                st_corrupt[id]++;
-            int passed = 0;
-            if (r % 7 == 0) { /* pass it on, to be freed by another thread on its stream */
-                pthread_mutex_lock(&handoff_lock);
-                if (nhandoff < HANDOFF) {
-                    handoff[nhandoff].p = mine[i].p, handoff[nhandoff].n = mine[i].n;
-                    handoff[nhandoff].fill = mine[i].fill;
-                    nhandoff++;
-                    passed = 1;
-                }
-                pthread_mutex_unlock(&handoff_lock);
-            }
-            if (!passed && rankmem_deallocate_async(stress_mr, mine[i].p, mine[i].n, 0, stream))
-                st_errors[id]++;
-            mine[i] = mine[--n];
-        }
-        if (r % 11 == 0) {
-            unsigned char *p = NULL;
-            size_t bytes = 0;
-            unsigned char fill = 0;
-            pthread_mutex_lock(&handoff_lock);
-            if (nhandoff) {
-                nhandoff--;
-                p = handoff[nhandoff].p, bytes = handoff[nhandoff].n, fill = handoff[nhandoff].fill;
-            }
-            pthread_mutex_unlock(&handoff_lock);
-            if (p) {
-                if (!check(p, bytes, fill))
-                    st_corrupt[id]++;
-                if (rankmem_deallocate_async(stress_mr, p, bytes, 0, stream))
-                    st_errors[id]++;
-            }
-        }
-        /* One thread also empties and trims the cache under the others' feet. */
-        if (id == 0 && step % 997 == 0 && rankmem_caching_free_all(stress_mr))
-            st_errors[id]++;
-        if (id == 1 && step % 1009 == 0 && rankmem_resource_trim(stress_mr, 1 << 20))
-            st_errors[id]++;
-        if (id == 2 && step % 101 == 0) {
-            size_t v;
-            if (rankmem_resource_query(stress_mr, RANKMEM_QUERY_FREE_BLOCKS, &v) ||
-                rankmem_resource_query(stress_mr, RANKMEM_QUERY_USED_HIGH, &v))
-                st_errors[id]++;
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (!check(mine[i].p, mine[i].n, mine[i].fill))
-            st_corrupt[id]++;
-        if (rankmem_deallocate_async(stress_mr, mine[i].p, mine[i].n, 0, stream))
-            st_errors[id]++;
-    }
-    return NULL;
+    (void)arg;
+    size_t v;
+    if (id == 0 && step % 997 == 0)
+        return rankmem_caching_free_all(mr) != RANKMEM_SUCCESS;
+    if (id == 1 && step % 1009 == 0)
+        return rankmem_resource_trim(mr, 1 << 20) != RANKMEM_SUCCESS;
+    if (id == 2 && step % 101 == 0)
+        return rankmem_resource_query(mr, RANKMEM_QUERY_FREE_BLOCKS, &v) != RANKMEM_SUCCESS ||
+               rankmem_resource_query(mr, RANKMEM_QUERY_USED_HIGH, &v) != RANKMEM_SUCCESS;
+    return 0;
 }
 
 static void stress(const char *what, size_t limit, size_t cap, int steps)
 {
     int finalized;
     counting_t *up = counting_new(&finalized);
-    rankmem_resource_t *below = &up->base;
+    rankmem_resource_t *below = &up->base, *mr;
     if (limit) {
         rankmem_limit_create(&up->base, limit, &below);
         rankmem_resource_release(&up->base);
@@ -939,43 +808,28 @@ static void stress(const char *what, size_t limit, size_t cap, int steps)
     rankmem_caching_params_default(&prm);
     prm.growth = 4, prm.min_bin = 4, prm.max_bin = 8; /* 256 B .. 64 KiB */
     prm.max_cached_bytes = cap;
-    if (rankmem_caching_create(below, &prm, &stress_mr) != RANKMEM_SUCCESS)
+    if (rankmem_caching_create(below, &prm, &mr) != RANKMEM_SUCCESS)
         BAIL_OUT("caching_create: %s", rankmem_last_error());
     rankmem_resource_release(below);
     rankmem_resource_retain(&up->base);
-    stress_steps = steps;
-    stress_max = 80 << 10; /* some requests above the largest bin */
-    nhandoff = 0;
-    memset(st_errors, 0, sizeof st_errors);
-    memset(st_corrupt, 0, sizeof st_corrupt);
-    memset(st_served, 0, sizeof st_served);
-    memset(st_refused, 0, sizeof st_refused);
-    pthread_t t[NTHREADS];
-    pthread_barrier_init(&st_start, NULL, NTHREADS);
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_create(&t[i], NULL, stress_worker, (void *)(intptr_t)i);
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_join(t[i], NULL);
-    pthread_barrier_destroy(&st_start);
-    for (int i = 0; i < nhandoff; i++)
-        rankmem_deallocate(stress_mr, handoff[i].p, handoff[i].n, 0);
-    int err = 0, bad = 0, total = 0, refused = 0;
-    for (int i = 0; i < NTHREADS; i++)
-        err += st_errors[i], bad += st_corrupt[i], total += st_served[i], refused += st_refused[i];
-    ok(err == 0, "%s, %d threads x %d steps: every call succeeded (%d errors, %d refused by the limit)",
-       what, NTHREADS, steps, err, refused);
-    ok(bad == 0, "%s: no block was overwritten by another thread (%d)", what, bad);
+    size_t max = 80 << 10; /* some requests above the largest bin */
+    sh_config_t cfg = {.mr = mr, .threads = NTHREADS, .steps = steps, .live = 32, .seed = 4242,
+                       .handoff_mod = 7, .take_mod = 11, .stream_base = 0x1000,
+                       .yield_every = 64, .refusal = RANKMEM_ERR_LIMIT, .size = stress_size,
+                       .hook = stress_hook, .arg = &max};
+    sh_result_t res;
+    sh_run(&cfg, &res);
     /* Under a limit, most requests may be refused while the others hold memory. */
-    ok(total > NTHREADS * steps / (limit ? 8 : 3), "%s: %d allocations served", what, total);
-    ok(q(stress_mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(stress_mr, RANKMEM_QUERY_USED_CURRENT) == 0,
+    sh_report(&res, what, NTHREADS * steps / (limit ? 8 : 3));
+    ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(mr, RANKMEM_QUERY_USED_CURRENT) == 0,
        "%s: nothing live at the end", what);
-    size_t reserved = q(stress_mr, RANKMEM_QUERY_RESERVED_CURRENT);
+    size_t reserved = q(mr, RANKMEM_QUERY_RESERVED_CURRENT);
     ok(reserved <= cap && reserved == up->outstanding_bytes,
        "%s: what is held is the cache, within the cap (%zu of %zu)", what, reserved, cap);
-    is_status(rankmem_caching_free_all(stress_mr), RANKMEM_SUCCESS, "%s: free_all", what);
-    ok(up->outstanding_blocks == 0 && q(stress_mr, RANKMEM_QUERY_RESERVED_CURRENT) == 0,
+    is_status(rankmem_caching_free_all(mr), RANKMEM_SUCCESS, "%s: free_all", what);
+    ok(up->outstanding_blocks == 0 && q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 0,
        "%s: every block went back upstream", what);
-    is_status(rankmem_resource_release(stress_mr), RANKMEM_SUCCESS, "%s: released", what);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "%s: released", what);
     rankmem_resource_release(&up->base);
     ok(finalized, "%s: chain gone", what);
 }

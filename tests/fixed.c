@@ -9,6 +9,7 @@
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
+#include "stress_harness.h"
 
 
 #define S1 ((rankmem_stream_t)(uintptr_t)0x1000)
@@ -319,21 +320,9 @@ static void test_streams(void)
 
 /* ---- randomized ---- */
 
-#define MAXLIVE 300
-
-typedef struct {
-    unsigned char *p;
-    size_t n, align;
-    rankmem_stream_t s;
-    unsigned char fill;
-} live_t;
-
-static int intact(const live_t *b)
+static size_t up_to_block(void *arg, unsigned long long *s)
 {
-    for (size_t i = 0; i < b->n; i++)
-        if (b->p[i] != b->fill)
-            return 0;
-    return 1;
+    return 1 + sh_rng(s) % *(const size_t *)arg;
 }
 
 static void random_run(const char *what, rankmem_resource_t *upstream, counting_t *count,
@@ -342,54 +331,25 @@ static void random_run(const char *what, rankmem_resource_t *upstream, counting_
     rankmem_resource_t *mr;
     if (rankmem_fixed_create(upstream, block, 16, &mr) != RANKMEM_SUCCESS)
         BAIL_OUT("fixed_create: %s", rankmem_last_error());
-    static live_t live[MAXLIVE];
     static const rankmem_stream_t streams[] = {NULL, S1, S2};
-    int n = 0, overlaps = 0, misaligned = 0, corrupt = 0, bad = 0, allocs = 0;
-    test_seed(seed);
-    for (int s = 0; s < steps; s++) {
-        if (s % 4000 == 3999 && rankmem_resource_trim(mr, 0) != RANKMEM_SUCCESS)
-            bad++;
-        if (n == 0 || (n < MAXLIVE && test_rand() % 100 < 52)) {
-            live_t b;
-            b.n = 1 + test_rand() % block;
-            b.align = test_rand() % 4 ? 0 : 256;
-            if (block % 4096 == 0 && test_rand() % 8 == 0)
-                b.align = 4096;
-            b.s = streams[test_rand() % 3];
-            b.fill = (unsigned char)(1 + test_rand() % 255);
-            void *p;
-            if (rankmem_allocate_async(mr, b.n, b.align, b.s, &p) != RANKMEM_SUCCESS) {
-                bad++;
-                continue;
-            }
-            allocs++;
-            b.p = p;
-            if ((uintptr_t)b.p % (b.align ? b.align : 256))
-                misaligned++;
-            for (int i = 0; i < n; i++)
-                if (b.p < live[i].p + block && live[i].p < b.p + block)
-                    overlaps++;
-            memset(b.p, b.fill, b.n);
-            live[n++] = b;
-        } else {
-            int i = (int)(test_rand() % (unsigned)n);
-            if (!intact(&live[i]))
-                corrupt++;
-            /* Mostly on the stream it was used on; sometimes on another. */
-            rankmem_stream_t fs = test_rand() % 5 ? live[i].s : streams[test_rand() % 3];
-            if (rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align, fs))
-                bad++;
-            live[i] = live[--n];
-        }
-    }
-    ok(!bad && allocs > steps / 3, "%s: %d allocations, every call succeeded (%d failures)", what,
-       allocs, bad);
-    ok(!overlaps && !misaligned && !corrupt, "%s: no overlap (%d), misalignment (%d), corruption (%d)",
-       what, overlaps, misaligned, corrupt);
-    for (int i = 0; i < n; i++)
-        if (!intact(&live[i]) || rankmem_deallocate_async(mr, live[i].p, live[i].n, live[i].align,
-                                                          live[i].s))
-            bad++;
+    /* Mostly the default; 4 KiB only where a block can have it. */
+    static const size_t aligns[] = {0, 0, 0, 256, 0, 0, 256, 4096};
+    /* Overlap is checked over whole blocks: a request smaller than the
+     * block still owns all of it. Freed mostly on the stream it was used
+     * on, sometimes on another. */
+    sh_seq_config_t cfg = {.mr = mr, .steps = steps, .max_live = 300, .alloc_pct = 52,
+                           .seed = seed, .size = up_to_block, .arg = &block,
+                           .aligns = aligns, .naligns = block % 4096 == 0 ? 8 : 4,
+                           .streams = streams, .nstreams = 3, .other_stream_pct = 20,
+                           .extent = block, .hook = sh_seq_hook_trim};
+    sh_seq_result_t res;
+    sh_seq_run(&cfg, &res);
+    long bad = res.errors + res.hook_failures;
+    ok(!bad && res.allocs > steps / 3, "%s: %ld allocations, every call succeeded (%ld failures)",
+       what, res.allocs, bad);
+    ok(!res.overlaps && !res.misaligned && !res.corrupt,
+       "%s: no overlap (%ld), misalignment (%ld), corruption (%ld)", what, res.overlaps,
+       res.misaligned, res.corrupt);
     ok(!bad && q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0, "%s: all freed", what);
     size_t reserved = q(mr, RANKMEM_QUERY_RESERVED_CURRENT);
     ok(q(mr, RANKMEM_QUERY_FREE_BLOCKS) * ((block + 255) & ~(size_t)255) == reserved,
@@ -424,127 +384,27 @@ static void test_busy(void)
 
 #define NTHREADS 8
 #define STEPS 20000
-#define HANDOFF 64
 
-static rankmem_resource_t *shared;
-static pthread_mutex_t handoff_lock = PTHREAD_MUTEX_INITIALIZER;
-static struct {
-    unsigned char *p;
-    size_t n;
-    unsigned char fill;
-} handoff[HANDOFF];
-static int nhandoff;
-static int t_errors[NTHREADS], t_corrupt[NTHREADS], t_served[NTHREADS];
-
-static unsigned long long rng(unsigned long long *s)
+static size_t thread_size(void *arg, unsigned r, unsigned long long *s)
 {
-    *s ^= *s >> 12, *s ^= *s << 25, *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-
-static int check(const unsigned char *p, size_t n, unsigned char fill)
-{
-    for (size_t i = 0; i < n; i += 61)
-        if (p[i] != fill)
-            return 0;
-    return p[n - 1] == fill;
-}
-
-static void *worker(void *arg)
-{
-    int id = (int)(intptr_t)arg;
-    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x100 * (id + 1));
-    unsigned long long s = 12345 + (unsigned long long)id;
-    struct {
-        unsigned char *p;
-        size_t n;
-        unsigned char fill;
-    } mine[48];
-    int n = 0;
-    for (int step = 0; step < STEPS; step++) {
-        unsigned r = (unsigned)rng(&s);
-        if (id == 0 && step % 2000 == 1999 && rankmem_resource_trim(shared, 0))
-            t_errors[id]++; /* trims race with everybody's allocations and frees */
-        if (n < 48 && (n == 0 || r % 3)) {
-            size_t bytes = 1 + rng(&s) % 4096;
-            void *p;
-            if (rankmem_allocate_async(shared, bytes, 0, stream, &p) != RANKMEM_SUCCESS) {
-                t_errors[id]++;
-                continue;
-            }
-            t_served[id]++;
-            unsigned char fill = (unsigned char)(id * 31 + step);
-            memset(p, fill, bytes);
-            mine[n].p = p, mine[n].n = bytes, mine[n].fill = fill;
-            n++;
-        } else {
-            int i = (int)(rng(&s) % (unsigned)n);
-            if (!check(mine[i].p, mine[i].n, mine[i].fill))
-                t_corrupt[id]++;
-            int passed = 0;
-            if (r % 5 == 0) { /* pass it on, to be freed by another thread on its stream */
-                pthread_mutex_lock(&handoff_lock);
-                if (nhandoff < HANDOFF) {
-                    handoff[nhandoff].p = mine[i].p, handoff[nhandoff].n = mine[i].n;
-                    handoff[nhandoff].fill = mine[i].fill;
-                    nhandoff++;
-                    passed = 1;
-                }
-                pthread_mutex_unlock(&handoff_lock);
-            }
-            if (!passed && rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
-                t_errors[id]++;
-            mine[i] = mine[--n];
-        }
-        if (r % 7 == 0) {
-            unsigned char *p = NULL;
-            size_t bytes = 0;
-            unsigned char fill = 0;
-            pthread_mutex_lock(&handoff_lock);
-            if (nhandoff) {
-                nhandoff--;
-                p = handoff[nhandoff].p, bytes = handoff[nhandoff].n, fill = handoff[nhandoff].fill;
-            }
-            pthread_mutex_unlock(&handoff_lock);
-            if (p) {
-                if (!check(p, bytes, fill))
-                    t_corrupt[id]++;
-                if (rankmem_deallocate_async(shared, p, bytes, 0, stream))
-                    t_errors[id]++;
-            }
-        }
-    }
-    for (int i = 0; i < n; i++) {
-        if (!check(mine[i].p, mine[i].n, mine[i].fill))
-            t_corrupt[id]++;
-        if (rankmem_deallocate_async(shared, mine[i].p, mine[i].n, 0, stream))
-            t_errors[id]++;
-    }
-    return NULL;
+    (void)arg;
+    (void)r;
+    return 1 + sh_rng(s) % 4096;
 }
 
 static void test_threads(void)
 {
     int fin;
     counting_t *up = counting_new(&fin);
+    rankmem_resource_t *shared;
     if (rankmem_fixed_create(&up->base, 4096, 32, &shared) != RANKMEM_SUCCESS)
         BAIL_OUT("fixed_create: %s", rankmem_last_error());
-    pthread_t t[NTHREADS];
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_create(&t[i], NULL, worker, (void *)(intptr_t)i);
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_join(t[i], NULL);
-    int err = 0, bad = 0, total = 0;
-    for (int i = 0; i < nhandoff; i++) {
-        bad += !check(handoff[i].p, handoff[i].n, handoff[i].fill);
-        err += rankmem_deallocate(shared, handoff[i].p, handoff[i].n, 0) != RANKMEM_SUCCESS;
-    }
-    for (int i = 0; i < NTHREADS; i++)
-        err += t_errors[i], bad += t_corrupt[i], total += t_served[i];
-    ok(err == 0, "%d threads, own streams, handoffs, trims: every call succeeded (%d errors)",
-       NTHREADS, err);
-    ok(bad == 0, "no block was overwritten by another thread (%d)", bad);
-    ok(total > NTHREADS * STEPS / 3, "%d allocations served", total);
+    sh_config_t cfg = {.mr = shared, .threads = NTHREADS, .steps = STEPS, .live = 48,
+                       .seed = 12345, .handoff_mod = 5, .take_mod = 7, .size = thread_size,
+                       .hook = sh_hook_trim};
+    sh_result_t res;
+    sh_run(&cfg, &res);
+    sh_report(&res, "8 threads, own streams, handoffs, trims", NTHREADS * STEPS / 3);
     ok(q(shared, RANKMEM_QUERY_LIVE_COUNT) == 0, "nothing live at the end");
     is_status(rankmem_resource_trim(shared, 0), RANKMEM_SUCCESS, "trim to 0");
     ok(up->outstanding_bytes == 0 && q(shared, RANKMEM_QUERY_FREE_BLOCKS) == 0,

@@ -12,7 +12,7 @@ traces=$srcdir/bench/traces
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rankmem-replay.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-echo "1..35"
+echo "1..41"
 n=0
 ok() { # ok STATUS DESCRIPTION
     n=$((n + 1))
@@ -114,12 +114,29 @@ test "$(jget "$tmp/j" live_at_end_bytes)" = 500 && test "$(jget "$tmp/j" replay_
 ok $? '500 bytes live at the end (freed before release), no failure'
 grep -q '"release": "success"' "$tmp/j"
 ok $? 'the chain is released cleanly after the trace'
+grep -q '"reserved_measure": "upstream"' "$tmp/j" && test "$(jget "$tmp/j" peak_upstream_bytes)" = 4000
+ok $? 'system answers no RESERVED_HIGH: the measure is the stats probe above the leaf'
 
 "$replay" --spec 'pool(initial=1MiB,growth=1MiB)>system' --repeat 2 --json "$tiny" >"$tmp/j" 2>"$tmp/err"
 rc=$?
 test "$rc" -eq 0 && test "$(jget "$tmp/j" peak_reserved_bytes)" = 1048576 &&
     test "$(jget "$tmp/j" peak_live_bytes)" = 4000
 ok $? 'over pool(initial=1MiB): peak reserved exactly 1 MiB, peak live 4000' ||
+    diag "$tmp/j" "$tmp/err"
+grep -q '"reserved_measure": "query", "reserved_by": "pool"' "$tmp/j" &&
+    test "$(jget "$tmp/j" peak_upstream_bytes)" = 1048576
+ok $? "the pool's own RESERVED_HIGH is the measure; the probe saw the same 1 MiB" ||
+    diag "$tmp/j"
+
+# The arena takes its whole global arena upfront: what the probe sees is the
+# arena's size, its own high-water mark is the superblocks it handed out.
+"$replay" --spec 'arena(size=64MiB)>system' --repeat 1 --json "$tiny" >"$tmp/j" 2>"$tmp/err"
+rc=$?
+r=$(jget "$tmp/j" peak_reserved_bytes)
+test "$rc" -eq 0 && grep -q '"reserved_by": "arena"' "$tmp/j" &&
+    test "$(jget "$tmp/j" peak_upstream_bytes)" = 67108864 && test -n "$r" &&
+    test "$r" -ge 4000 && test "$r" -lt 67108864
+ok $? "over an arena: its own high-water mark ($r bytes), not the 64 MiB global arena" ||
     diag "$tmp/j" "$tmp/err"
 
 # A tiny trace under --simulate: 3 x 20 GiB live, on any machine.
@@ -142,6 +159,16 @@ ok $? '--simulate: 60 GiB live over the simulated upstream, the failure line ski
 r=$(jget "$tmp/j" peak_reserved_bytes)
 test -n "$r" && test "$r" -ge 64424509440
 ok $? "--simulate: peak reserved ($r) covers peak live"
+
+# N% is of the simulated memory: a limit of half of 64 GiB (32 GiB) refuses
+# the second and the third 20 GiB.
+"$replay" --spec 'limit(bytes=50%)>pool>cuda' --simulate --sim-memory 64GiB --repeat 1 --json "$big" \
+    >"$tmp/j" 2>"$tmp/err"
+rc=$?
+test "$rc" -eq 0 && grep -q '"chain": "limit(bytes=32GiB)>pool>stats>simulated"' "$tmp/j" &&
+    test "$(jget "$tmp/j" replay_failures)" = 2
+ok $? "--simulate: 50% is of the simulated memory; the leaf (cuda) is replaced" ||
+    diag "$tmp/j" "$tmp/err"
 
 # Allocation failures are reported, not fatal; their frees are skipped.
 "$replay" --spec pool --simulate --sim-memory 50GiB --repeat 1 --json "$big" >"$tmp/j" 2>"$tmp/err"
@@ -206,3 +233,8 @@ done
 test $? -eq 0 && grep -q '^growing.csv ' "$tmp/out" && grep -q '^tiny.csv ' "$tmp/out"
 ok $? 'the table has a row per trace' ||
     diag "$tmp/out" "$tmp/err"
+grep -q "^peak reserved: pool's own high-water mark (RANKMEM_QUERY_RESERVED_HIGH)" "$tmp/out"
+ok $? 'the table says which measure peak reserved is' || diag "$tmp/out"
+"$replay" --spec 'pool>cuda' --simulate --repeat 1 "$tiny" >"$tmp/out" 2>"$tmp/err"
+test $? -eq 0 && grep -q "never touched (in place of 'cuda')" "$tmp/out"
+ok $? "--simulate: the table names the leaf it replaced" || diag "$tmp/out" "$tmp/err"

@@ -1,7 +1,8 @@
 /* Spec strings, rankmem_resource_describe and the size/bool parsers:
  * a table of good specs with the exact chain they describe to, a table of bad
  * ones with the exact error (position and words), round trips, one reference
- * per node, device leaves (fail clearly without a GPU, build with one). */
+ * per node, device leaves (fail clearly without a GPU, build with one), and
+ * rankmem_resource_from_spec_upstream over a counting upstream. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -9,6 +10,7 @@
 #include <unistd.h>
 #include <rankmem.h>
 #include "tap.h"
+#include "counting.h"
 
 #define CFG "bad configuration: "
 
@@ -525,6 +527,117 @@ static void test_from_spec_args(void)
     ok(mr == (rankmem_resource_t *)0x1, "  output untouched");
 }
 
+/* rankmem_resource_from_spec_upstream: the spec over a resource of ours. */
+static void test_from_spec_upstream(void)
+{
+    int fin = 0;
+    counting_t *c = counting_new(&fin);
+    if (!c)
+        BAIL_OUT("counting_new failed");
+    rankmem_resource_t *up = &c->base, *mr = (rankmem_resource_t *)0x1;
+    is_status(rankmem_resource_from_spec_upstream(NULL, up, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "from_spec_upstream: NULL spec");
+    is_status(rankmem_resource_from_spec_upstream("pool", NULL, &mr),
+              RANKMEM_ERR_INVALID_ARGUMENT, "from_spec_upstream: NULL upstream");
+    is_status(rankmem_resource_from_spec_upstream("pool", up, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "from_spec_upstream: NULL output");
+    static const struct {
+        const char *spec, *error;
+    } bad_over[] = {
+        {"", "at 1: empty spec: expected a resource name (e.g. pool>cuda)"},
+        {"pool>", "at 6: expected a resource name after '>', found the end"},
+        {"cuda>pool", "at 5: 'cuda' cannot have an upstream: it allocates memory itself, so it "
+                      "ends the chain"},
+        {"pool(maxx=1GiB)", "at 6: unknown option 'maxx' for pool (did you mean 'max'?)..."},
+        {"pool(max=100)", "at 10: pool.max of 100 bytes is less than the pool's unit..."},
+        {"stats>fixed(block=0)", "at 7: cannot build fixed: ..."},
+    };
+    for (size_t i = 0; i < sizeof bad_over / sizeof bad_over[0]; i++) {
+        rankmem_status_t st = rankmem_resource_from_spec_upstream(bad_over[i].spec, up, &mr);
+        const char *e = message(st);
+        if (!ok(st == RANKMEM_ERR_CONFIG && matches(e, bad_over[i].error) &&
+                    mr == (rankmem_resource_t *)0x1 && up->refcount == 1,
+                "over an upstream, bad spec \"%s\": %s; upstream not kept", bad_over[i].spec,
+                bad_over[i].error))
+            diag("  got %s: %s (upstream refcount %lu)", rankmem_status_string(st),
+                 rankmem_last_error(), up->refcount);
+    }
+    ok(mr == (rankmem_resource_t *)0x1 && c->allocs == 0, "  output untouched, nothing allocated");
+
+    /* A wrapper may end the spec; a leaf at the end is replaced, not built. */
+    static const struct {
+        const char *spec, *chain;
+    } good_over[] = {
+        {"pool(initial=1MiB)>stats", "pool(initial=1MiB)>stats>counting"},
+        {"pool(initial=1MiB)>cuda", "pool(initial=1MiB)>counting"},
+        {"limit(bytes=1MiB) > async(initial=2GiB)", "limit(bytes=1MiB)>counting"},
+        {"binning(min=2^10,max=2^12)>system", "binning(min=2^10,max=2^12)>counting"},
+    };
+    for (size_t i = 0; i < sizeof good_over / sizeof good_over[0]; i++) {
+        mr = NULL;
+        size_t before = c->allocs;
+        rankmem_status_t st = rankmem_resource_from_spec_upstream(good_over[i].spec, up, &mr);
+        if (!ok(st == RANKMEM_SUCCESS, "over an upstream: \"%s\"", good_over[i].spec)) {
+            diag("  %s", rankmem_last_error());
+            tap_skip(2, "not built");
+            continue;
+        }
+        const char *d = describe(mr);
+        if (!ok(matches(d, good_over[i].chain), "  describes as %s", good_over[i].chain))
+            diag("  got %s", d);
+        void *p = NULL;
+        int served = rankmem_allocate(mr, 1000, 0, &p) == RANKMEM_SUCCESS &&
+                     rankmem_deallocate(mr, p, 1000, 0) == RANKMEM_SUCCESS;
+        rankmem_resource_release(mr);
+        ok(served && c->allocs > before && c->outstanding_bytes == 0 && up->refcount == 1,
+           "  memory came from the given upstream and went back; released, upstream kept");
+    }
+    mr = NULL;
+    rankmem_status_t st = rankmem_resource_from_spec_upstream("system", up, &mr);
+    ok(st == RANKMEM_SUCCESS && mr == up && up->refcount == 2,
+       "a spec that is only a leaf gives the upstream itself, one more reference");
+    if (st == RANKMEM_SUCCESS)
+        rankmem_resource_release(mr);
+
+    /* N% is of what the upstream can hold: a limit's bytes, a bounded pool's
+     * maximum, else (host upstream) physical host memory. */
+    rankmem_resource_t *lim = NULL, *bounded = NULL;
+    size_t v = 0;
+    st = rankmem_limit_create(up, 1 << 20, &lim);
+    if (st == RANKMEM_SUCCESS &&
+        rankmem_resource_from_spec_upstream("limit(bytes=50%)", lim, &mr) == RANKMEM_SUCCESS) {
+        rankmem_resource_query(mr, RANKMEM_QUERY_LIMIT, &v);
+        rankmem_resource_release(mr);
+    }
+    ok(v == 512 << 10, "50%% over a 1 MiB limit: %zu bytes", v);
+    rankmem_pool_params_t prm;
+    rankmem_pool_params_default(&prm);
+    prm.maximum_size = 64 << 20;
+    v = 0;
+    if (rankmem_pool_create(up, &prm, &bounded) == RANKMEM_SUCCESS &&
+        rankmem_resource_from_spec_upstream("pool(max=25%)>stats", bounded, &mr) ==
+            RANKMEM_SUCCESS) {
+        rankmem_resource_query(mr, RANKMEM_QUERY_POOL_MAX, &v);
+        rankmem_resource_release(mr);
+    }
+    ok(v == 16 << 20, "25%% over a pool of at most 64 MiB: %zu bytes", v);
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    v = 0;
+    if (rankmem_resource_from_spec_upstream("limit(bytes=12.5%)", up, &mr) == RANKMEM_SUCCESS) {
+        rankmem_resource_query(mr, RANKMEM_QUERY_LIMIT, &v);
+        rankmem_resource_release(mr);
+    }
+    ok(v == (size_t)pages * (size_t)page / 8, "12.5%% over a host upstream: of host memory (%zu)",
+       v);
+    if (lim)
+        rankmem_resource_release(lim);
+    if (bounded)
+        rankmem_resource_release(bounded);
+    ok(up->refcount == 1 && c->outstanding_bytes == 0, "the upstream holds only our reference");
+    rankmem_resource_release(up);
+    ok(fin, "and is gone with it");
+}
+
 /* ---- the size and boolean parsers ---- */
 
 #define KiB ((size_t)1 << 10)
@@ -659,6 +772,7 @@ int main(void)
     test_device_leaves(ndev);
     test_describe_api();
     test_from_spec_args();
+    test_from_spec_upstream();
     test_sizes();
     test_bools();
     return tap_done();

@@ -19,10 +19,10 @@
 #include <string.h>
 #include <rankmem.h>
 #include "tap.h"
+#include "stress_harness.h"
 
 #define NTHREADS 8
 #define NLIVE 48     /* blocks a thread holds at most */
-#define MAILBOX 64
 #define TESTS_PER_SPEC 6
 
 typedef struct {
@@ -38,130 +38,18 @@ static const spec_t default_specs[] = {
     {"fixed(block=4KiB)>system", 4 << 10},
 };
 
-typedef struct {
-    unsigned char *p;
-    size_t n;
-    uint64_t tag;
-} blk_t;
-
 static rankmem_resource_t *chain;
-static size_t max_bytes;
 static long ops_per_thread = 20000;
 
-static pthread_mutex_t box_lock = PTHREAD_MUTEX_INITIALIZER;
-static blk_t box[MAILBOX];
-static int nbox;
-
-static size_t errors[NTHREADS], corrupt[NTHREADS], misaligned[NTHREADS], handoffs[NTHREADS];
-static char first_error[NTHREADS][200];
-
-static uint64_t rng(uint64_t *s)
+/* Mostly small, sometimes up to the largest the resource serves (log-uniform). */
+static size_t pick_size(void *arg, unsigned r, unsigned long long *s)
 {
-    *s ^= *s >> 12;
-    *s ^= *s << 25;
-    *s ^= *s >> 27;
-    return *s * 2685821657736338717ull;
-}
-
-/* Mostly small, sometimes up to max_bytes (log-uniform). */
-static size_t pick_size(uint64_t *s)
-{
+    (void)r;
+    size_t max_bytes = *(const size_t *)arg;
     int top = 63 - __builtin_clzll(max_bytes);
-    int b = (int)(rng(s) % (uint64_t)(top + 1));
-    size_t n = ((size_t)1 << b) + (size_t)(rng(s) % ((uint64_t)1 << b));
+    int b = (int)(sh_rng(s) % (unsigned long long)(top + 1));
+    size_t n = ((size_t)1 << b) + (size_t)(sh_rng(s) % (1ull << b));
     return n > max_bytes ? max_bytes : n;
-}
-
-/* The pattern: every 8-byte word is tag ^ its index; the tail bytes too. */
-static void fill(const blk_t *b)
-{
-    size_t words = b->n / 8;
-    for (size_t i = 0; i < words; i++) {
-        uint64_t v = b->tag ^ i;
-        memcpy(b->p + 8 * i, &v, 8);
-    }
-    for (size_t i = words * 8; i < b->n; i++)
-        b->p[i] = (unsigned char)(b->tag >> (8 * (i & 7)));
-}
-
-static int intact(const blk_t *b)
-{
-    size_t words = b->n / 8;
-    for (size_t i = 0; i < words; i++) {
-        uint64_t v;
-        memcpy(&v, b->p + 8 * i, 8);
-        if (v != (b->tag ^ i))
-            return 0;
-    }
-    for (size_t i = words * 8; i < b->n; i++)
-        if (b->p[i] != (unsigned char)(b->tag >> (8 * (i & 7))))
-            return 0;
-    return 1;
-}
-
-static void release_blk(int id, const blk_t *b, rankmem_stream_t stream)
-{
-    if (!intact(b) && corrupt[id]++ == 0)
-        snprintf(first_error[id], sizeof first_error[id], "thread %d: block %p (%zu bytes) "
-                 "corrupt", id, (void *)b->p, b->n);
-    rankmem_status_t st = rankmem_deallocate_async(chain, b->p, b->n, 0, stream);
-    if (st != RANKMEM_SUCCESS && errors[id]++ == 0)
-        snprintf(first_error[id], sizeof first_error[id], "thread %d: free of %zu bytes: %s", id,
-                 b->n, rankmem_last_error());
-}
-
-static void *worker(void *arg)
-{
-    int id = (int)(intptr_t)arg;
-    /* Thread 0 on the default stream, the others each on a stand-in. */
-    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(id ? 0x1000 * (unsigned)id : 0);
-    uint64_t s = 0x243f6a8885a308d3ull + (uint64_t)id * 0x9e3779b97f4a7c15ull;
-    blk_t mine[NLIVE];
-    int n = 0;
-    for (long step = 0; step < ops_per_thread; step++) {
-        unsigned r = (unsigned)(rng(&s) % 16);
-        if (r < 8 && n < NLIVE) {
-            blk_t b = {NULL, pick_size(&s), rng(&s)};
-            void *p;
-            rankmem_status_t st = rankmem_allocate_async(chain, b.n, 0, stream, &p);
-            if (st != RANKMEM_SUCCESS) {
-                if (errors[id]++ == 0)
-                    snprintf(first_error[id], sizeof first_error[id],
-                             "thread %d: allocate of %zu bytes: %s", id, b.n,
-                             rankmem_last_error());
-                continue;
-            }
-            b.p = p;
-            if ((uintptr_t)p % RANKMEM_DEFAULT_ALIGNMENT)
-                misaligned[id]++;
-            fill(&b);
-            mine[n++] = b;
-        } else if (r < 14 && n > 0) {
-            int k = (int)(rng(&s) % (uint64_t)n);
-            release_blk(id, &mine[k], stream);
-            mine[k] = mine[--n];
-        } else if (r == 14 && n > 0) { /* hand one over */
-            int k = (int)(rng(&s) % (uint64_t)n);
-            pthread_mutex_lock(&box_lock);
-            if (nbox < MAILBOX) {
-                box[nbox++] = mine[k];
-                mine[k] = mine[--n];
-                handoffs[id]++;
-            }
-            pthread_mutex_unlock(&box_lock);
-        } else { /* take one another thread handed over: free it on our stream */
-            blk_t b = {NULL, 0, 0};
-            pthread_mutex_lock(&box_lock);
-            if (nbox > 0)
-                b = box[--nbox];
-            pthread_mutex_unlock(&box_lock);
-            if (b.p)
-                release_blk(id, &b, stream);
-        }
-    }
-    while (n > 0)
-        release_blk(id, &mine[--n], stream);
-    return NULL;
 }
 
 /* "a>b>leaf" -> "a>b>stats>leaf" (split at the last '>' outside parentheses). */
@@ -220,37 +108,16 @@ static void run_spec(const spec_t *sp)
     }
     rankmem_resource_retain(probe);
 
-    max_bytes = sp->max_bytes;
-    memset(errors, 0, sizeof errors);
-    memset(corrupt, 0, sizeof corrupt);
-    memset(misaligned, 0, sizeof misaligned);
-    memset(handoffs, 0, sizeof handoffs);
-    memset(first_error, 0, sizeof first_error);
-    nbox = 0;
-    pthread_t tid[NTHREADS];
-    for (int i = 0; i < NTHREADS; i++)
-        if (pthread_create(&tid[i], NULL, worker, (void *)(intptr_t)i))
-            BAIL_OUT("pthread_create failed");
-    for (int i = 0; i < NTHREADS; i++)
-        pthread_join(tid[i], NULL);
-    while (nbox > 0) /* handed over, never taken */
-        release_blk(0, &box[--nbox], NULL);
-
-    size_t nerr = 0, ncorrupt = 0, nmis = 0, nhand = 0;
-    const char *first = NULL;
-    for (int i = 0; i < NTHREADS; i++) {
-        nerr += errors[i], ncorrupt += corrupt[i], nmis += misaligned[i], nhand += handoffs[i];
-        if (!first && first_error[i][0])
-            first = first_error[i];
-    }
-    if (!ok(nerr == 0, "%s: %d threads x %ld operations, no allocate/free error", sp->spec,
-            NTHREADS, ops_per_thread))
-        diag("  %zu errors; first: %s", nerr, first ? first : "?");
-    if (!ok(ncorrupt == 0, "%s: every block intact at free (%zu handed between threads)",
-            sp->spec, nhand))
-        diag("  %zu corrupt blocks; first: %s", ncorrupt, first ? first : "?");
-    ok(nmis == 0, "%s: every block %zu-byte aligned (%zu not)", sp->spec,
-       (size_t)RANKMEM_DEFAULT_ALIGNMENT, nmis);
+    /* Thread 0 on the default stream, the others each on a stand-in; half
+     * the steps allocate, one free in 8 goes through the mailbox. */
+    size_t max_bytes = sp->max_bytes;
+    sh_config_t cfg = {.mr = chain, .threads = NTHREADS, .steps = ops_per_thread, .live = NLIVE,
+                       .seed = 0x243f6a8885a308d3ull, .alloc_mod = 2, .handoff_mod = 8,
+                       .take_mod = 16, .stream_base = 0x1000, .default_streams = 1,
+                       .size = pick_size, .arg = &max_bytes};
+    sh_result_t res;
+    sh_run(&cfg, &res);
+    sh_report(&res, sp->spec, NTHREADS * ops_per_thread / 4);
     st = rankmem_resource_release(chain);
     is_status(st, RANKMEM_SUCCESS, "%s: released with nothing live", sp->spec);
     rankmem_stats_t s = {.size = sizeof s};

@@ -19,6 +19,22 @@ extern "C" {
 RANKMEM_API rankmem_status_t rankmem_resource_from_spec(const char *spec,
                                                         rankmem_resource_t **mr_p);
 
+/* The same chain over a resource of the caller's (a counting or simulated
+ * upstream, a tracking adaptor, ...) instead of a leaf the spec would make:
+ * the spec's leaf, if it ends in one, is replaced by upstream (its options
+ * are checked; it is not built), so "pool>cuda" and "pool" both give a pool
+ * over upstream, and one spec string serves both ways. A spec that is only a
+ * leaf gives upstream itself, with one more reference. The chain retains
+ * upstream; the caller still releases its own reference. N% in a size is of
+ * what upstream can hold: its RANKMEM_QUERY_LIMIT, or its finite
+ * RANKMEM_QUERY_POOL_MAX, when it answers; else the device's memory when it
+ * is device-accessible, else physical host memory. Errors as
+ * rankmem_resource_from_spec; a NULL upstream or mr_p is
+ * RANKMEM_ERR_INVALID_ARGUMENT. */
+RANKMEM_API rankmem_status_t rankmem_resource_from_spec_upstream(const char *spec,
+                                                                 rankmem_resource_t *upstream,
+                                                                 rankmem_resource_t **mr_p);
+
 /* Print a chain back in the spec syntax; parsing the result gives the same
  * chain. Writes at most len bytes (always NUL-terminated when len > 0);
  * *needed_p (may be NULL) is the length without the NUL; a buffer too small
