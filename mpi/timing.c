@@ -24,6 +24,12 @@ uint64_t rk_mpi_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
+/* Staging (mpi/staging.c) caches which address ranges are device memory;
+ * memory the rank's chain hands out clears its stale entries. Weak: the
+ * plugin links without staging. */
+__attribute__((weak, visibility("hidden"))) void rk_mpi_staging_forget(const void *ptr,
+                                                                       size_t bytes);
+
 static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
                                         rankmem_stream_t stream, void **ptr_p)
 {
@@ -31,6 +37,8 @@ static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, si
     uint64_t t0 = rk_mpi_now_ns();
     rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
     __atomic_fetch_add(&((timing_t *)mr)->ns, rk_mpi_now_ns() - t0, __ATOMIC_RELAXED);
+    if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
+        rk_mpi_staging_forget(*ptr_p, bytes);
     return st;
 }
 

@@ -1,0 +1,760 @@
+/* Staging of device buffers through pinned host memory, for an MPI that is
+ * not CUDA-aware (issue 6): the decision at MPI_Init, device/host detection
+ * and its cache, the copy engine, the pinned chunk pool and the counters.
+ * The calls themselves are in staging_p2p.c and staging_coll.c; the
+ * protocol is described in docs/staging.md.
+ *
+ * Detection. A buffer is asked about once per 2 MiB granule of address
+ * space: the driver's cuPointerGetAttributes (dlopen'ed libcuda.so.1, so the
+ * plugin needs no driver at link time; the call creates no context), and
+ * the answer (host or device) goes into a table of atomic words that the
+ * fast path reads without a lock. Why granules rather than allocation
+ * ranges: plain host memory has no range to ask about, and the host answer
+ * is the one the 20 ns budget is about. CUDA places device memory in
+ * address ranges reserved in 2 MiB units, so a granule is all host or all
+ * device. A cached device answer that has gone stale (memory freed and the
+ * address reused for host memory) is harmless: the copy engine copies with
+ * cudaMemcpyDefault, which takes host pointers too. A cached host answer
+ * that has gone stale (host memory unmapped and the address reused by the
+ * driver for device memory) would not be: rankmem's own allocations clear
+ * their granules when the plugin's resource hands them out
+ * (rk_mpi_staging_forget); other device allocations are documented. */
+#define _GNU_SOURCE
+#include "staging_internal.h"
+
+#include <dlfcn.h>
+#include <errno.h>
+#include <pthread.h>
+#include <sched.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#if HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+
+#if defined(__has_include)
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#endif
+
+/* ---- state ---- */
+
+int rk_stg_active;
+int rk_stg_on;
+atomic_long rk_stg_pending;
+atomic_long rk_stg_nreq;
+_Atomic uint64_t rk_stg_table[1u << RK_STG_TABLE_BITS];
+_Atomic uint64_t rk_stg_gen;
+
+static int init_done;
+static int fake;              /* test backend */
+static char *fake_base;
+static size_t fake_bytes;
+static size_t pool_bytes = (size_t)256 << 20; /* the option table's defaults */
+static size_t chunk_bytes = (size_t)4 << 20;
+static int stg_device = -1;  /* device the streams live on */
+static MPI_Comm wcomm = MPI_COMM_NULL;
+static int tag_ub = 32767;
+static atomic_uint next_id;
+
+static atomic_ullong c_bytes, c_msgs, c_ns;
+
+/* ---- counters ---- */
+
+uint64_t rk_stg_now(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+void rk_stg_count(uint64_t bytes, uint64_t ns)
+{
+    atomic_fetch_add_explicit(&c_bytes, bytes, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c_msgs, 1, memory_order_relaxed);
+    atomic_fetch_add_explicit(&c_ns, ns, memory_order_relaxed);
+}
+
+void rk_mpi_staging_counters(uint64_t *bytes, uint64_t *messages, uint64_t *ns)
+{
+    if (bytes)
+        *bytes = atomic_load(&c_bytes);
+    if (messages)
+        *messages = atomic_load(&c_msgs);
+    if (ns)
+        *ns = atomic_load(&c_ns);
+}
+
+MPI_Comm rk_stg_comm(void) { return wcomm; }
+
+int rk_stg_next_id(void)
+{
+    unsigned v = atomic_fetch_add_explicit(&next_id, 1, memory_order_relaxed);
+    return (int)(v % ((unsigned)tag_ub + 1u));
+}
+
+size_t rk_stg_chunk(void) { return chunk_bytes; }
+
+void rk_stg_fake_device(void *base, size_t bytes)
+{
+    fake = 1;
+    fake_base = base;
+    fake_bytes = bytes;
+}
+
+/* ---- detection ---- */
+
+/* The driver's pointer query, found at run time. */
+typedef int (*cu_init_fn)(unsigned);
+typedef int (*cu_attrs_fn)(unsigned, int *, void **, unsigned long long);
+static cu_attrs_fn cu_attrs;
+/* From cuda.h (stable ABI values), so that a build without CUDA headers
+ * could still ask. */
+#define RK_CU_POINTER_ATTRIBUTE_MEMORY_TYPE 2
+#define RK_CU_POINTER_ATTRIBUTE_IS_MANAGED 8
+#define RK_CU_MEMORYTYPE_DEVICE 2
+
+static const char *driver_open(void)
+{
+    static char why[160];
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!h) {
+        snprintf(why, sizeof why, "no CUDA driver (%s)", dlerror());
+        return why;
+    }
+    cu_init_fn init = (cu_init_fn)(uintptr_t)dlsym(h, "cuInit");
+    cu_attrs_fn attrs = (cu_attrs_fn)(uintptr_t)dlsym(h, "cuPointerGetAttributes");
+    if (!init || !attrs) {
+        snprintf(why, sizeof why, "the CUDA driver lacks cuPointerGetAttributes");
+        return why;
+    }
+    int rc = init(0); /* idempotent; creates no context */
+    if (rc != 0) {
+        snprintf(why, sizeof why, "cuInit failed (CUresult %d)", rc);
+        return why;
+    }
+    cu_attrs = attrs;
+    return NULL;
+}
+
+static void table_put(uint64_t key, unsigned kind)
+{
+    size_t i = rk_stg_slot(key);
+    uint64_t g = atomic_load_explicit(&rk_stg_gen, memory_order_relaxed);
+    uint64_t e = rk_stg_entry(key, g, kind);
+    /* Two ways: take a way that is empty, stale or ours, else evict the
+     * second (a cache: any entry written is a fact that was true). */
+    for (size_t w = 0; w < 2; w++) {
+        uint64_t old = atomic_load_explicit(&rk_stg_table[i + w], memory_order_relaxed);
+        if (old == 0 || ((old >> 6) & 0xffffu) != (g & 0xffffu) || (old >> 22) == key) {
+            atomic_store_explicit(&rk_stg_table[i + w], e, memory_order_relaxed);
+            return;
+        }
+    }
+    atomic_store_explicit(&rk_stg_table[i + 1], atomic_load(&rk_stg_table[i]),
+                          memory_order_relaxed);
+    atomic_store_explicit(&rk_stg_table[i], e, memory_order_relaxed);
+}
+
+int rk_stg_classify_slow(const void *p)
+{
+    unsigned kind = RK_STG_KIND_HOST;
+    uintptr_t a = (uintptr_t)p;
+    if (fake) {
+        if (a >= (uintptr_t)fake_base && a < (uintptr_t)fake_base + fake_bytes)
+            kind = RK_STG_KIND_DEVICE;
+        /* The fake region is not granule-aligned: no caching in its granules. */
+        uintptr_t g0 = (uintptr_t)fake_base >> RK_STG_GRANULE_SHIFT;
+        uintptr_t g1 = ((uintptr_t)fake_base + fake_bytes - 1) >> RK_STG_GRANULE_SHIFT;
+        if ((a >> RK_STG_GRANULE_SHIFT) == g0 || (a >> RK_STG_GRANULE_SHIFT) == g1)
+            return kind == RK_STG_KIND_DEVICE;
+    } else if (cu_attrs) {
+        int attr[2] = {RK_CU_POINTER_ATTRIBUTE_MEMORY_TYPE, RK_CU_POINTER_ATTRIBUTE_IS_MANAGED};
+        unsigned int mtype = 0;
+        int managed = 0;
+        void *data[2] = {&mtype, &managed};
+        /* Unlike cuPointerGetAttribute, this one answers "no type" for plain
+         * host memory instead of failing. */
+        if (cu_attrs(2, attr, data, (unsigned long long)a) == 0 &&
+            mtype == RK_CU_MEMORYTYPE_DEVICE && !managed)
+            kind = RK_STG_KIND_DEVICE;
+        /* Managed memory is host-accessible: MPI reads it as it is. */
+    }
+    table_put((uint64_t)a >> RK_STG_GRANULE_SHIFT, kind);
+    return kind == RK_STG_KIND_DEVICE;
+}
+
+/* Forget what is cached about [ptr, ptr + bytes): rankmem just handed that
+ * memory out (maybe at an address that was host memory before). */
+RK_MPI_HIDDEN void rk_mpi_staging_forget(const void *ptr, size_t bytes);
+void rk_mpi_staging_forget(const void *ptr, size_t bytes)
+{
+    if (!rk_stg_on || !ptr)
+        return;
+    uint64_t k0 = (uint64_t)(uintptr_t)ptr >> RK_STG_GRANULE_SHIFT;
+    uint64_t k1 = ((uint64_t)(uintptr_t)ptr + (bytes ? bytes - 1 : 0)) >> RK_STG_GRANULE_SHIFT;
+    if (k1 - k0 > 64) {
+        /* A big range: start over (all entries of older generations are misses). */
+        uint64_t g = atomic_fetch_add(&rk_stg_gen, 1) + 1;
+        if ((g & 0xffffu) == 0) /* wrapped: old entries would look current */
+            for (size_t i = 0; i < (1u << RK_STG_TABLE_BITS); i++)
+                atomic_store_explicit(&rk_stg_table[i], 0, memory_order_relaxed);
+        return;
+    }
+    for (uint64_t k = k0; k <= k1; k++) {
+        size_t i = rk_stg_slot(k);
+        for (size_t w = 0; w < 2; w++) {
+            uint64_t e = atomic_load_explicit(&rk_stg_table[i + w], memory_order_relaxed);
+            if ((e >> 22) == k && (e & 3) == RK_STG_KIND_HOST)
+                atomic_compare_exchange_strong(&rk_stg_table[i + w], &e, 0);
+        }
+    }
+}
+
+/* ---- copies ---- */
+
+#if HAVE_CUDA
+static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
+static cudaStream_t streams[2];
+static int streams_ok; /* 0 not yet, 1 made, -1 failed */
+#define EV_CACHE 256
+static cudaEvent_t ev_free[EV_CACHE];
+static int nev_free;
+
+static int cu_fail(const char *what, cudaError_t err)
+{
+    rk_mpi_warn("staging: %s: %s", what, cudaGetErrorString(err));
+    (void)cudaGetLastError();
+    return -1;
+}
+
+/* The streams, made once on the rank's device (the one current at init). */
+static int make_streams(void)
+{
+    if (__atomic_load_n(&streams_ok, __ATOMIC_ACQUIRE) != 0)
+        return streams_ok > 0 ? 0 : -1;
+    pthread_mutex_lock(&cu_lock);
+    if (streams_ok == 0) {
+        int prev = -1;
+        cudaGetDevice(&prev);
+        if (stg_device >= 0 && prev != stg_device)
+            cudaSetDevice(stg_device);
+        cudaError_t e1 = cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking);
+        cudaError_t e2 = e1 == cudaSuccess
+                             ? cudaStreamCreateWithFlags(&streams[1], cudaStreamNonBlocking)
+                             : e1;
+        if (stg_device >= 0 && prev >= 0 && prev != stg_device)
+            cudaSetDevice(prev);
+        if (e2 != cudaSuccess) {
+            cu_fail("cudaStreamCreate", e2);
+            __atomic_store_n(&streams_ok, -1, __ATOMIC_RELEASE);
+        } else {
+            __atomic_store_n(&streams_ok, 1, __ATOMIC_RELEASE);
+        }
+    }
+    pthread_mutex_unlock(&cu_lock);
+    return streams_ok > 0 ? 0 : -1;
+}
+
+static cudaEvent_t ev_get(void)
+{
+    cudaEvent_t ev = NULL;
+    pthread_mutex_lock(&cu_lock);
+    if (nev_free > 0)
+        ev = ev_free[--nev_free];
+    pthread_mutex_unlock(&cu_lock);
+    if (!ev) {
+        cudaError_t err = cudaEventCreateWithFlags(&ev, cudaEventDisableTiming);
+        if (err != cudaSuccess) {
+            cu_fail("cudaEventCreate", err);
+            return NULL;
+        }
+    }
+    return ev;
+}
+#endif
+
+/* The test backend's copies are done on return: its events are this. */
+static char fake_event;
+
+int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
+{
+    if (ev_p)
+        *ev_p = NULL;
+    if (fake) {
+        if (n)
+            memcpy(dst, src, n);
+        if (ev_p)
+            *ev_p = &fake_event;
+        return 0;
+    }
+#if HAVE_CUDA
+    if (make_streams() != 0)
+        return -1;
+    /* Streams belong to stg_device: copy with it current (threads other
+     * than the one that called MPI_Init start on device 0). */
+    int prev = -1;
+    if (stg_device >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != stg_device)
+        cudaSetDevice(stg_device);
+    else
+        prev = -1;
+    int rc = 0;
+    cudaError_t err = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, streams[dir])
+                        : cudaSuccess;
+    if (err != cudaSuccess) {
+        rc = cu_fail(dir == RK_STG_D2H ? "device-to-host copy" : "host-to-device copy", err);
+    } else if (ev_p) {
+        cudaEvent_t ev = ev_get();
+        if (!ev)
+            rc = -1;
+        else if ((err = cudaEventRecord(ev, streams[dir])) != cudaSuccess)
+            rc = cu_fail("cudaEventRecord", err), rk_stg_event_put(ev);
+        else
+            *ev_p = ev;
+    }
+    if (prev >= 0)
+        cudaSetDevice(prev);
+    return rc;
+#else
+    (void)dst, (void)src, (void)n, (void)dir;
+    rk_mpi_warn("staging: a device copy in a build without CUDA");
+    return -1;
+#endif
+}
+
+int rk_stg_event_test(void *ev)
+{
+    if (!ev || ev == &fake_event)
+        return 1;
+#if HAVE_CUDA
+    cudaError_t err = cudaEventQuery((cudaEvent_t)ev);
+    if (err == cudaSuccess)
+        return 1;
+    if (err == cudaErrorNotReady) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return cu_fail("cudaEventQuery", err);
+#else
+    return 1;
+#endif
+}
+
+int rk_stg_event_wait(void *ev)
+{
+    if (!ev || ev == &fake_event)
+        return 0;
+#if HAVE_CUDA
+    cudaError_t err = cudaEventSynchronize((cudaEvent_t)ev);
+    return err == cudaSuccess ? 0 : cu_fail("cudaEventSynchronize", err);
+#else
+    return 0;
+#endif
+}
+
+void rk_stg_event_put(void *ev)
+{
+    if (!ev || ev == &fake_event)
+        return;
+#if HAVE_CUDA
+    pthread_mutex_lock(&cu_lock);
+    if (nev_free < EV_CACHE) {
+        ev_free[nev_free++] = (cudaEvent_t)ev;
+        ev = NULL;
+    }
+    pthread_mutex_unlock(&cu_lock);
+    if (ev)
+        cudaEventDestroy((cudaEvent_t)ev);
+#endif
+}
+
+int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir)
+{
+    void *ev = NULL;
+    if (rk_stg_copy(dst, src, n, dir, &ev) != 0)
+        return -1;
+    int rc = rk_stg_event_wait(ev);
+    rk_stg_event_put(ev);
+    return rc;
+}
+
+/* ---- host memory: the pinned pool, a few cached big buffers, malloc ---- */
+
+static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
+static char *slab;
+static int pool_state; /* 0 not made yet, 1 ready, -1 could not be made */
+static int nchunks;
+static unsigned char *chunk_used; /* 0 free, 1 nonblocking owner, 2 blocking owner */
+static int held_blocking;         /* chunks held by blocking calls */
+
+/* Buffers above the pool's size (collectives of large counts, messages
+ * larger than the pool): pinned, kept for the next call of that size. */
+#define CACHE_SLOTS 4
+static struct {
+    char *ptr;
+    size_t bytes;
+    int busy;
+} cache[CACHE_SLOTS];
+
+static void *pinned_alloc(size_t bytes)
+{
+    if (fake)
+        return aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
+#if HAVE_CUDA
+    void *p = NULL;
+    int prev = -1;
+    if (stg_device >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != stg_device)
+        cudaSetDevice(stg_device);
+    else
+        prev = -1;
+    cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    if (prev >= 0)
+        cudaSetDevice(prev);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return NULL;
+    }
+    return p;
+#else
+    (void)bytes;
+    return NULL;
+#endif
+}
+
+static void pinned_free(void *p)
+{
+    if (!p)
+        return;
+    if (fake) {
+        free(p);
+        return;
+    }
+#if HAVE_CUDA
+    cudaFreeHost(p);
+    (void)cudaGetLastError();
+#endif
+}
+
+/* First fit of k free chunks; -1 if none. Under pool_lock. */
+static int find_run(int k)
+{
+    int run = 0;
+    for (int i = 0; i < nchunks; i++) {
+        run = chunk_used[i] ? 0 : run + 1;
+        if (run == k)
+            return i - k + 1;
+    }
+    return -1;
+}
+
+static int pool_ready(void)
+{
+    if (pool_state == 0) {
+        nchunks = (int)(pool_bytes / chunk_bytes);
+        chunk_used = calloc((size_t)nchunks, 1);
+        slab = chunk_used ? pinned_alloc((size_t)nchunks * chunk_bytes) : NULL;
+        if (!slab) {
+            rk_mpi_warn("staging: cannot allocate %zu MiB of pinned memory for "
+                        "RANKMEM_STAGING_POOL: staging through pageable memory (slower)",
+                        pool_bytes >> 20);
+            free(chunk_used);
+            chunk_used = NULL;
+            pool_state = -1;
+        } else {
+            pool_state = 1;
+            rk_mpi_verbose("staging: pinned pool of %d chunks of %zu KiB", nchunks,
+                           chunk_bytes >> 10);
+        }
+    }
+    return pool_state > 0;
+}
+
+int rk_stg_buf_get(size_t bytes, int wait_ok, rk_stg_buf_t *b)
+{
+    memset(b, 0, sizeof *b);
+    if (bytes == 0)
+        bytes = 1;
+    b->bytes = bytes;
+    uint64_t t0 = 0;
+    unsigned spins = 0;
+    pthread_mutex_lock(&pool_lock);
+    if (pool_ready() && bytes <= (size_t)nchunks * chunk_bytes) {
+        int k = (int)((bytes + chunk_bytes - 1) / chunk_bytes);
+        for (;;) {
+            int first = find_run(k);
+            if (first >= 0) {
+                memset(chunk_used + first, wait_ok ? 2 : 1, (size_t)k);
+                if (wait_ok)
+                    held_blocking += k;
+                pthread_mutex_unlock(&pool_lock);
+                b->kind = RK_STG_BUF_POOL;
+                b->ptr = slab + (size_t)first * chunk_bytes;
+                b->first = first;
+                b->nchunks = k;
+                return 0;
+            }
+            /* Wait only for chunks that blocking calls hold: they give them
+             * back before returning. Those of nonblocking requests come
+             * back at the application's Wait, which cannot come while this
+             * thread waits here. A deadline breaks cycles across ranks. */
+            if (!wait_ok || held_blocking == 0)
+                break;
+            uint64_t now = rk_stg_now();
+            if (!t0)
+                t0 = now;
+            else if (now - t0 > 50000000u)
+                break;
+            pthread_mutex_unlock(&pool_lock);
+            rk_stg_idle(&spins);
+            pthread_mutex_lock(&pool_lock);
+        }
+    }
+    if (pool_state >= 0 && bytes > (size_t)nchunks * chunk_bytes) {
+        /* Larger than the whole pool: a cached pinned buffer. */
+        int pick = -1;
+        for (int i = 0; i < CACHE_SLOTS; i++)
+            if (!cache[i].busy && cache[i].ptr && cache[i].bytes >= bytes &&
+                (pick < 0 || cache[i].bytes < cache[pick].bytes))
+                pick = i;
+        if (pick < 0) {
+            /* Replace the smallest idle one (or fill an empty slot). */
+            for (int i = 0; i < CACHE_SLOTS; i++)
+                if (!cache[i].busy && (pick < 0 || cache[i].bytes < cache[pick].bytes))
+                    pick = i;
+            if (pick >= 0) {
+                pinned_free(cache[pick].ptr);
+                cache[pick].bytes = 0;
+                size_t want = (bytes + chunk_bytes - 1) / chunk_bytes * chunk_bytes;
+                cache[pick].ptr = pinned_alloc(want);
+                if (cache[pick].ptr)
+                    cache[pick].bytes = want;
+                else
+                    pick = -1;
+            }
+        }
+        if (pick >= 0) {
+            cache[pick].busy = 1;
+            pthread_mutex_unlock(&pool_lock);
+            b->kind = RK_STG_BUF_CACHE;
+            b->ptr = cache[pick].ptr;
+            b->slot = pick;
+            return 0;
+        }
+    }
+    pthread_mutex_unlock(&pool_lock);
+    /* The pool is busy (or there is no pinned memory): pageable memory;
+     * cudaMemcpyAsync takes it too, only slower. */
+    b->ptr = aligned_alloc(64, (bytes + 63) & ~(size_t)63);
+    if (!b->ptr)
+        return -1;
+    b->kind = RK_STG_BUF_HEAP;
+    return 0;
+}
+
+void rk_stg_buf_put(rk_stg_buf_t *b)
+{
+    switch (b->kind) {
+    case RK_STG_BUF_POOL:
+        pthread_mutex_lock(&pool_lock);
+        if (chunk_used[b->first] == 2)
+            held_blocking -= b->nchunks;
+        memset(chunk_used + b->first, 0, (size_t)b->nchunks);
+        pthread_mutex_unlock(&pool_lock);
+        break;
+    case RK_STG_BUF_CACHE:
+        pthread_mutex_lock(&pool_lock);
+        cache[b->slot].busy = 0;
+        pthread_mutex_unlock(&pool_lock);
+        break;
+    case RK_STG_BUF_HEAP:
+        free(b->ptr);
+        break;
+    default:
+        break;
+    }
+    memset(b, 0, sizeof *b);
+}
+
+/* ---- init ---- */
+
+/* An option's value: librankmem's table when it knows it, else the environment. */
+static const char *option(const char *name)
+{
+    const char *v = NULL;
+    if (rankmem_option_get(name, &v) != RANKMEM_SUCCESS) {
+        rankmem_clear_error();
+        v = getenv(name);
+    }
+    return v;
+}
+
+static int size_option(const char *name, size_t lo, size_t hi, size_t *out, char *why, size_t len)
+{
+    const char *v = option(name);
+    if (!v)
+        return 0;
+    size_t n = 0;
+    if (rankmem_parse_size(v, 0, &n) != RANKMEM_SUCCESS) {
+        rankmem_clear_error();
+        snprintf(why, len, "%s='%.40s': not a size (expected bytes with K/M/G[iB], e.g. 4MiB)",
+                 name, v);
+        return -1;
+    }
+    if (n < lo || n > hi) {
+        snprintf(why, len, "%s='%.40s': out of range (%zu KiB to %zu MiB)", name, v, lo >> 10,
+                 hi >> 20);
+        return -1;
+    }
+    *out = n;
+    return 0;
+}
+
+/* Does the MPI library take device pointers itself? */
+static int mpi_cuda_aware(const char **how)
+{
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+    *how = "MPIX_Query_cuda_support";
+    return MPIX_Query_cuda_support() == 1;
+#elif defined(MPICH_NUMVERSION) && defined(MPIX_GPU_SUPPORT_CUDA)
+    int yes = 0;
+    *how = "MPIX_GPU_query_support";
+    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) != MPI_SUCCESS)
+        return 0;
+    return yes != 0;
+#else
+    *how = "no query in this MPI: assumed not CUDA-aware";
+    return 0;
+#endif
+}
+
+void rk_mpi_staging_init(void)
+{
+    if (init_done)
+        return;
+    init_done = 1;
+
+    char why[256] = "";
+    int mode = 0; /* 0 auto, 1 on, 2 off */
+    const char *m = option("RANKMEM_STAGING");
+    if (m && strcmp(m, "auto") != 0) {
+        if (strcmp(m, "on") == 0)
+            mode = 1;
+        else if (strcmp(m, "off") == 0)
+            mode = 2;
+        else
+            snprintf(why, sizeof why, "RANKMEM_STAGING='%.40s': expected auto, on or off", m);
+    }
+    if (!why[0])
+        (void)size_option("RANKMEM_STAGING_CHUNK", (size_t)64 << 10, (size_t)1 << 30, &chunk_bytes,
+                          why, sizeof why);
+    if (!why[0])
+        (void)size_option("RANKMEM_STAGING_POOL", (size_t)64 << 10, (size_t)64 << 30, &pool_bytes,
+                          why, sizeof why);
+    if (!why[0] && pool_bytes < chunk_bytes)
+        snprintf(why, sizeof why,
+                 "RANKMEM_STAGING_POOL (%zu KiB) is smaller than RANKMEM_STAGING_CHUNK (%zu KiB)",
+                 pool_bytes >> 10, chunk_bytes >> 10);
+    if (!why[0] && pool_bytes / chunk_bytes > 65536)
+        snprintf(why, sizeof why,
+                 "RANKMEM_STAGING_POOL / RANKMEM_STAGING_CHUNK is over 65536 chunks");
+
+    const char *how = "";
+    int aware = mpi_cuda_aware(&how);
+    int want = mode == 1 || (mode == 0 && !aware);
+    const char *absent = NULL;
+    int ngpu = fake ? 1 : rk_mpi_gpu_count();
+    if (want && !fake) {
+        if (ngpu == 0)
+            absent = "no GPU";
+        else
+            absent = driver_open();
+    }
+    int on = want && !why[0] && !absent;
+    if (on && !fake) {
+        stg_device = rk_mpi_gpu_current();
+#if !HAVE_CUDA
+        on = 0;
+        absent = "a build without CUDA";
+#endif
+    }
+
+    /* Every rank learns whether any rank stages (then large host receives
+     * must recognise headers) and whether any rank has a bad setting. */
+    int mine[3] = {on, why[0] != 0, mode == 1 && !on && !why[0]}, all[3] = {0, 0, 0};
+    if (PMPI_Allreduce(mine, all, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
+        memcpy(all, mine, sizeof all);
+    int rank = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    if (all[1]) {
+        if (why[0])
+            rk_mpi_warn("%s", why);
+        else
+            rk_mpi_warn("stopping: %d rank%s found a bad staging setting", all[1],
+                        all[1] == 1 ? "" : "s");
+        if (rank == 0)
+            rk_mpi_warn("fix the setting, or unset it for the default; every rank exits with "
+                        "status 1 (docs/staging.md)");
+        fflush(stdout);
+        fflush(stderr);
+        PMPI_Finalize();
+        exit(1);
+    }
+    if (mode == 1 && !on)
+        rk_mpi_warn("RANKMEM_STAGING=on, but this rank cannot stage (%s): device buffers "
+                    "cannot occur here, so MPI calls go straight to MPI",
+                    absent ? absent : "unknown reason");
+    rk_stg_on = on;
+    rk_stg_active = all[0] > 0;
+    if (rk_stg_active) {
+        if (PMPI_Comm_dup(MPI_COMM_WORLD, &wcomm) != MPI_SUCCESS) {
+            rk_mpi_warn("staging: MPI_Comm_dup failed: staging is off");
+            rk_stg_on = rk_stg_active = 0;
+            return;
+        }
+        PMPI_Comm_set_name(wcomm, "rankmem-staging");
+        int *ub = NULL, flag = 0;
+        if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag &&
+            ub && *ub > 0)
+            tag_ub = *ub;
+    }
+    rk_mpi_verbose("staging: %s (RANKMEM_STAGING=%s; MPI %sCUDA-aware by %s%s%s); %d of the "
+                   "job's ranks stage; pool %zu MiB in chunks of %zu KiB",
+                   on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off",
+                   aware ? "" : "not ", how, absent ? "; " : "", absent ? absent : "", all[0],
+                   pool_bytes >> 20, chunk_bytes >> 10);
+}
+
+void rk_mpi_staging_finalize(void)
+{
+    if (!rk_stg_active)
+        return;
+    rk_stg_p2p_finalize();
+    pthread_mutex_lock(&pool_lock);
+    int busy = 0;
+    for (int i = 0; i < nchunks && chunk_used; i++)
+        busy |= chunk_used[i];
+    if (pool_state > 0 && !busy) {
+        pinned_free(slab);
+        slab = NULL;
+        free(chunk_used);
+        chunk_used = NULL;
+        nchunks = 0;
+        pool_state = 0;
+    }
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        if (!cache[i].busy) {
+            pinned_free(cache[i].ptr);
+            cache[i].ptr = NULL;
+            cache[i].bytes = 0;
+        }
+    pthread_mutex_unlock(&pool_lock);
+    if (wcomm != MPI_COMM_NULL)
+        PMPI_Comm_free(&wcomm);
+    /* Calls after this (between MPI_Finalize's report and PMPI_Finalize, or
+     * none) go straight to MPI. */
+    rk_stg_active = rk_stg_on = 0;
+}

@@ -1,0 +1,196 @@
+/* rankmem MPI plugin: staging of device buffers through pinned host memory
+ * for an MPI that is not CUDA-aware (issue 6). What staging.c,
+ * staging_p2p.c and staging_coll.c share; not installed, every symbol hidden.
+ *
+ *   staging.c       the decision at init, options, device/host detection and
+ *                   its cache, the copy engine (CUDA runtime or the test
+ *                   backend), the pinned chunk pool, counters
+ *   staging_p2p.c   point-to-point calls, the request table, Wait/Test
+ *   staging_coll.c  collectives
+ *
+ * docs/staging.md describes the protocol; the comments here say why. */
+#ifndef RANKMEM_MPI_STAGING_INTERNAL_H
+#define RANKMEM_MPI_STAGING_INTERNAL_H
+
+#include "plugin.h"
+
+#include <stdatomic.h>
+#include <stddef.h>
+#include <stdint.h>
+
+/* MPICH annotates its array arguments with their sizes, and GCC then takes
+ * MPI_STATUSES_IGNORE for an array of no element ("accessing 20 bytes in a
+ * region of size 0"): a false alarm on every Testall/Testsome we make. */
+#if defined(__GNUC__) && !defined(__clang__) && defined(MPICH_NUMVERSION)
+#pragma GCC diagnostic ignored "-Wstringop-overflow"
+#endif
+
+#define RK_STG_LIKELY(x) __builtin_expect(!!(x), 1)
+#define RK_STG_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
+/* A device message of more than RK_STG_BIG bytes (contiguous datatype) goes
+ * as a 32-byte header on the user's communicator and tag followed by
+ * segments on the plugin's own communicator (pipelined); smaller ones, and
+ * every host message, go as one ordinary message. A constant, the same on
+ * every rank whatever the chunk size, because the receiver decides from it
+ * which host receives may meet a header. */
+#define RK_STG_BIG ((size_t)256 << 10)
+#define RK_STG_HDR_BYTES 32
+/* Segments in flight per blocking pipelined call (each one pinned slot). */
+#define RK_STG_DEPTH 4
+
+/* ---- state read on the fast path (written once, in MPI_Init) ---- */
+
+/* Wrappers do anything at all: this rank stages, or some rank does (then
+ * large host receives must recognise headers). 0: straight to PMPI. */
+RK_MPI_HIDDEN extern int rk_stg_active;
+/* This rank stages its own device buffers. */
+RK_MPI_HIDDEN extern int rk_stg_on;
+/* Staged receives whose first message has not been seen yet: another rank
+ * may be waiting for us to post the receives of its segments, so blocking
+ * calls poll (and advance them) instead of blocking inside MPI. */
+RK_MPI_HIDDEN extern atomic_long rk_stg_pending;
+/* Live staged requests (user handles in the table). */
+RK_MPI_HIDDEN extern atomic_long rk_stg_nreq;
+
+/* ---- device or host (staging.c) ---- */
+
+/* The cache: 2 MiB granules of address space, each cached as host or
+ * device, in a table of atomic words read without a lock. */
+#define RK_STG_GRANULE_SHIFT 21
+#define RK_STG_TABLE_BITS 14
+#define RK_STG_KIND_HOST 1u
+#define RK_STG_KIND_DEVICE 2u
+RK_MPI_HIDDEN extern _Atomic uint64_t rk_stg_table[1u << RK_STG_TABLE_BITS];
+RK_MPI_HIDDEN extern _Atomic uint64_t rk_stg_gen; /* 16 bits used */
+
+/* Ask (driver or test backend) and cache. 1 device, 0 host. */
+RK_MPI_HIDDEN int rk_stg_classify_slow(const void *p);
+
+static inline size_t rk_stg_slot(uint64_t key)
+{
+    return (size_t)((key * 0x9E3779B97F4A7C15ull) >> (64 - RK_STG_TABLE_BITS)) & ~(size_t)1;
+}
+
+/* Entry: key (address >> 21) in bits 63..22, generation in 21..6, kind in
+ * 1..0. Two ways per set. */
+static inline uint64_t rk_stg_entry(uint64_t key, uint64_t gen, unsigned kind)
+{
+    return (key << 22) | ((gen & 0xffffu) << 6) | kind;
+}
+
+/* Is p a device buffer this rank must stage? A few nanoseconds on a hit. */
+static inline int rk_stg_is_device(const void *p)
+{
+    if (!rk_stg_on)
+        return 0;
+    uint64_t key = (uint64_t)(uintptr_t)p >> RK_STG_GRANULE_SHIFT;
+    size_t i = rk_stg_slot(key);
+    uint64_t g = atomic_load_explicit(&rk_stg_gen, memory_order_relaxed);
+    uint64_t want = rk_stg_entry(key, g, 0);
+    uint64_t e = atomic_load_explicit(&rk_stg_table[i], memory_order_relaxed);
+    if ((e & ~(uint64_t)3) == want)
+        return (e & 3) == RK_STG_KIND_DEVICE;
+    e = atomic_load_explicit(&rk_stg_table[i + 1], memory_order_relaxed);
+    if ((e & ~(uint64_t)3) == want)
+        return (e & 3) == RK_STG_KIND_DEVICE;
+    return rk_stg_classify_slow(p);
+}
+
+/* ---- copies (staging.c): CUDA runtime, or memcpy in the test backend ---- */
+
+#define RK_STG_D2H 0
+#define RK_STG_H2D 1
+
+/* Queue a copy of n bytes on the direction's stream and, when ev_p is not
+ * NULL, an event after it (*ev_p). 0, or -1 (message printed). */
+RK_MPI_HIDDEN int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p);
+/* 1 when the event's work is done, 0 not yet, -1 error. */
+RK_MPI_HIDDEN int rk_stg_event_test(void *ev);
+/* Wait for it (the host blocks: only ever for a local copy). 0 or -1. */
+RK_MPI_HIDDEN int rk_stg_event_wait(void *ev);
+/* Give an event back (NULL is fine). */
+RK_MPI_HIDDEN void rk_stg_event_put(void *ev);
+/* Copy and wait. 0 or -1. */
+RK_MPI_HIDDEN int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir);
+
+/* ---- host memory for staging (staging.c) ---- */
+
+#define RK_STG_BUF_NONE 0
+#define RK_STG_BUF_POOL 1  /* a run of chunks of the pinned pool */
+#define RK_STG_BUF_CACHE 2 /* a cached pinned buffer (larger than the pool) */
+#define RK_STG_BUF_HEAP 3  /* pageable fallback (pool busy, or no pinned memory) */
+
+typedef struct rk_stg_buf {
+    char *ptr;
+    size_t bytes;
+    int kind;
+    int first, nchunks; /* POOL */
+    int slot;           /* CACHE */
+} rk_stg_buf_t;
+
+/* Host memory of at least bytes (> 0). wait_ok: a blocking call, which may
+ * wait a while for chunks other threads hold (advancing staged requests
+ * meanwhile); nonblocking calls never wait. Never fails unless malloc does
+ * (then -1). */
+RK_MPI_HIDDEN int rk_stg_buf_get(size_t bytes, int wait_ok, rk_stg_buf_t *b);
+RK_MPI_HIDDEN void rk_stg_buf_put(rk_stg_buf_t *b);
+/* The chunk size (RANKMEM_STAGING_CHUNK). */
+RK_MPI_HIDDEN size_t rk_stg_chunk(void);
+
+/* ---- engine helpers ---- */
+
+/* Advance staged receives waiting for their first message (staging_p2p.c). */
+RK_MPI_HIDDEN void rk_stg_progress(void);
+/* PMPI_Test until done, advancing staged requests and yielding the CPU now
+ * and then (staging_p2p.c). Returns PMPI_Test's code. */
+RK_MPI_HIDDEN int rk_stg_wait(MPI_Request *req, MPI_Status *st);
+/* Between polls: progress, and a sched_yield every so often (ranks may
+ * share cores). */
+RK_MPI_HIDDEN void rk_stg_idle(unsigned *spins);
+/* The plugin's duplicate of MPI_COMM_WORLD, where segments travel. */
+RK_MPI_HIDDEN MPI_Comm rk_stg_comm(void);
+/* A fresh tag for one pipelined message's segments. */
+RK_MPI_HIDDEN int rk_stg_next_id(void);
+/* Finish every staged request (finalize). */
+RK_MPI_HIDDEN void rk_stg_p2p_finalize(void);
+
+/* ---- counters (staging.c) ---- */
+
+RK_MPI_HIDDEN void rk_stg_count(uint64_t bytes, uint64_t ns);
+RK_MPI_HIDDEN uint64_t rk_stg_now(void);
+
+/* ---- datatypes (staging_p2p.c) ---- */
+
+/* What staging needs to know of (count, datatype): bytes of data (size),
+ * the region the data lies in relative to buf ([lo, lo + span): true
+ * extent), and whether it is one contiguous run of size bytes starting at
+ * buf (then lo == 0 and span == size). */
+typedef struct rk_stg_layout {
+    size_t tsize;  /* MPI_Type_size */
+    size_t size;   /* count * tsize */
+    ptrdiff_t lo;  /* region start relative to buf */
+    size_t span;   /* region length */
+    int contig;
+} rk_stg_layout_t;
+/* For elements [first, first + n) of a datatype (v-collectives use first).
+ * 0, or an MPI error code. */
+RK_MPI_HIDDEN int rk_stg_layout(MPI_Datatype dt, ptrdiff_t first, ptrdiff_t n,
+                                rk_stg_layout_t *l);
+
+/* Is a host receive of count x dt large enough that a header may arrive? */
+static inline int rk_stg_big_recv(int count, MPI_Datatype dt)
+{
+    if (count <= 0)
+        return 0;
+    int sz = 0;
+    if (PMPI_Type_size(dt, &sz) != MPI_SUCCESS || sz <= 0)
+        return 0;
+    return (size_t)count * (size_t)sz > RK_STG_BIG;
+}
+
+/* The test backend (tests/mpi_staging): a host region that detection calls
+ * device, and memcpy for copies. Before MPI_Init. */
+RK_MPI_HIDDEN void rk_stg_fake_device(void *base, size_t bytes);
+
+#endif
