@@ -243,9 +243,15 @@ static int make_streams(void)
         cudaGetDevice(&prev);
         if (stg_device >= 0 && prev != stg_device)
             cudaSetDevice(stg_device);
-        cudaError_t e1 = cudaStreamCreateWithFlags(&streams[0], cudaStreamNonBlocking);
+        /* Blocking streams: our copies wait for the work the application
+         * queued on the legacy default stream (a cudaMemset or kernel that
+         * fills a send buffer, or clears a receive buffer, is asynchronous),
+         * and later legacy-stream work waits for them. Work on the
+         * application's non-blocking streams must be synchronised before the
+         * MPI call, as with any CUDA-aware MPI (docs/staging.md). */
+        cudaError_t e1 = cudaStreamCreateWithFlags(&streams[0], cudaStreamDefault);
         cudaError_t e2 = e1 == cudaSuccess
-                             ? cudaStreamCreateWithFlags(&streams[1], cudaStreamNonBlocking)
+                             ? cudaStreamCreateWithFlags(&streams[1], cudaStreamDefault)
                              : e1;
         if (stg_device >= 0 && prev >= 0 && prev != stg_device)
             cudaSetDevice(prev);

@@ -133,7 +133,9 @@ static void release_block(const rkomp_block_t *b)
             (void)cudaGetLastError(); /* a failed kernel is not this free's failure */
     }
 #endif
-    rankmem_status_t st = rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
+    rankmem_status_t st =
+        b->base ? rankmem_deallocate(b->mr, b->base, b->base_bytes, RANKMEM_DEFAULT_ALIGNMENT)
+                : rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
 #if HAVE_CUDA
     leave_device(prev);
 #endif
@@ -170,13 +172,27 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
         return NULL;
     size_t al = max3(alignment, a->alignment, RANKMEM_DEFAULT_ALIGNMENT);
     void *p = NULL;
+    rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0};
     if (rankmem_allocate(mr, size, al, &p) != RANKMEM_SUCCESS) {
-        rankmem_resource_release(mr);
-        return NULL;
+        /* Leaves such as cudaMalloc promise only 256 bytes: a larger
+         * alignment is served by over-allocating and rounding up. */
+        size_t extra = al - RANKMEM_DEFAULT_ALIGNMENT;
+        if (al <= RANKMEM_DEFAULT_ALIGNMENT || size > SIZE_MAX - extra ||
+            rankmem_allocate(mr, size + extra, RANKMEM_DEFAULT_ALIGNMENT, &b.base) !=
+                RANKMEM_SUCCESS) {
+            rankmem_resource_release(mr);
+            return NULL;
+        }
+        rankmem_clear_error(); /* the first refusal is not this call's failure */
+        b.base_bytes = size + extra;
+        p = (void *)(((uintptr_t)b.base + al - 1) & ~(uintptr_t)(al - 1));
     }
-    rkomp_block_t b = {p, mr, size, al, rkomp_handle_of(a)};
+    b.ptr = p;
     if ((zero && zero_fill(mr, p, size) != 0) || rkomp_map_insert(&b) != RANKMEM_SUCCESS) {
-        rankmem_deallocate(mr, p, size, al);
+        if (b.base)
+            rankmem_deallocate(mr, b.base, b.base_bytes, RANKMEM_DEFAULT_ALIGNMENT);
+        else
+            rankmem_deallocate(mr, p, size, al);
         rankmem_resource_release(mr);
         return NULL;
     }

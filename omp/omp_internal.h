@@ -213,6 +213,8 @@ typedef struct rkomp_block {
     size_t bytes;
     size_t alignment;         /* what rankmem_allocate got */
     rkomp_handle_t allocator; /* the handle it was allocated through */
+    void *base;               /* over-allocated for its alignment: what rankmem gave, else NULL */
+    size_t base_bytes;        /* and its size (its alignment is RANKMEM_DEFAULT_ALIGNMENT) */
 } rkomp_block_t;
 
 RKOMP_HIDDEN rankmem_status_t rkomp_map_insert(const rkomp_block_t *b);

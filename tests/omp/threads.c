@@ -30,6 +30,11 @@ int main(void)
     omp_allocator_handle_t all[6] = {rankmem_omp_device_mem_alloc, rankmem_omp_managed_mem_alloc,
                                      rankmem_omp_pinned_mem_alloc, pool, priv,
                                      omp_default_mem_alloc};
+    /* With a GPU the device space is device memory: allocated and freed
+     * here, never touched by the host. */
+    int ngpu = 0;
+    rankmem_device_count(&ngpu);
+    const int host_ok[6] = {ngpu == 0, 1, 1, ngpu == 0, ngpu == 0, 1};
 
     /* Totals through atomics rather than a reduction: libgomp's reduction
      * synchronises inside the (uninstrumented) runtime, which
@@ -42,33 +47,41 @@ int main(void)
         unsigned char tag = (unsigned char)(omp_get_thread_num() + 1);
         void *keep[8] = {0};
         size_t keep_n[8] = {0};
+        int keep_t[8] = {0}; /* its contents are the thread's tag (host-accessible) */
         for (int i = 0; i < ITERS; i++) {
             if (i % 100 == 0) {
                 double x[32];
 #pragma omp parallel num_threads(1) private(x) allocate(rankmem_omp_device_mem_alloc : x)
                 {
                     clause += is_ours(x);
-                    x[0] = 1;
+                    if (ngpu == 0)
+                        x[0] = 1;
                 }
                 (void)x;
             }
             seed = seed * 1103515245u + 12345u;
-            omp_allocator_handle_t a = all[(seed >> 8) % 6];
+            int ai = (int)((seed >> 8) % 6);
+            omp_allocator_handle_t a = all[ai];
             size_t n = 1 + (seed >> 12) % 5000;
             int slot = (int)((seed >> 4) % 8);
             if (keep[slot]) {
-                bad += !all_bytes(keep[slot], tag, keep_n[slot]);
+                if (keep_t[slot])
+                    bad += !all_bytes(keep[slot], tag, keep_n[slot]);
                 if ((seed >> 20) % 3 == 0) {
                     /* realloc into another allocator: contents must follow */
-                    omp_allocator_handle_t b = all[(seed >> 24) % 6];
+                    int bi = (int)((seed >> 24) % 6);
+                    omp_allocator_handle_t b = all[bi];
                     size_t m = 1 + (seed >> 16) % 3000;
                     unsigned char *q = omp_realloc(keep[slot], m, b, omp_null_allocator);
                     if (q) {
                         size_t common = m < keep_n[slot] ? m : keep_n[slot];
-                        bad += !all_bytes(q, tag, common);
-                        memset(q, tag, m);
+                        if (keep_t[slot] && host_ok[bi])
+                            bad += !all_bytes(q, tag, common);
+                        if (host_ok[bi])
+                            memset(q, tag, m);
                         keep[slot] = q;
                         keep_n[slot] = m;
+                        keep_t[slot] = host_ok[bi];
                         continue;
                     }
                     refused++;
@@ -83,13 +96,16 @@ int main(void)
                 continue;
             }
             served++;
-            memset(p, tag, n);
+            if (host_ok[ai])
+                memset(p, tag, n);
             keep[slot] = p;
             keep_n[slot] = n;
+            keep_t[slot] = host_ok[ai];
         }
         for (int s = 0; s < 8; s++)
             if (keep[s]) {
-                bad += !all_bytes(keep[s], tag, keep_n[s]);
+                if (keep_t[s])
+                    bad += !all_bytes(keep[s], tag, keep_n[s]);
                 omp_free(keep[s], omp_null_allocator);
             }
         __atomic_fetch_add(&t_bad, bad, __ATOMIC_RELEASE);
