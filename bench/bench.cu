@@ -608,11 +608,12 @@ std::string report(const RunInfo &info, const std::vector<Row> &rows, const Work
 {
     const Limits lim = limits_for(opt.quick);
     std::string s;
-    s += "# rankmem benchmarks\n\n";
+    s += "# rankmem benchmarks: allocators\n\n";
     if (opt.quick)
         s += "**A `--quick` run: a smoke test, not a result.**\n\n";
     s += "Written by `bench/rankmem-bench`; do not edit by hand. To refresh, on a GPU machine:\n"
-         "`make bench && bench/rankmem-bench --out docs/benchmarks.md`.\n"
+         "`make bench && bench/rankmem-bench --out docs/benchmarks-allocators.md`; the targets are in\n"
+         "[benchmarks.md](benchmarks.md).\n"
          "`bench/README.md` says what is measured and why.\n\n";
     s += "| | |\n| --- | --- |\n";
     s += "| device | " + info.device + " |\n";
