@@ -23,6 +23,9 @@ RANKMEM_API rankmem_status_t rankmem_version(int *major_p, int *minor_p, int *pa
 
 /* Nonzero when the library was built with CUDA. */
 RANKMEM_API int rankmem_have_cuda(void);
+/* Nonzero when the library was built with HIP (AMD GPUs). A build has at
+ * most one of the two GPU runtimes. */
+RANKMEM_API int rankmem_have_hip(void);
 
 #ifdef __cplusplus
 }

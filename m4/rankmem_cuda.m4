@@ -21,6 +21,7 @@
 #
 # Asking for CUDA explicitly (--with-cuda or --with-cuda=DIR) and not finding
 # it is an error; the automatic default only prints why CUDA is off.
+# --with-hip turns the automatic default off (HIP and CUDA are exclusive).
 # nvcc is required: the GPU tests and the benchmarks are built with it.
 #
 # Sets the shell variables rankmem_cuda (yes/no) and rankmem_cuda_msg (for the
@@ -47,8 +48,12 @@ CUDA_LDFLAGS=
 CUDA_LIBS=
 NVCC_LIBS=
 
+dnl --with-hip (m4/rankmem_hip.m4) picks the other GPU runtime: no automatic CUDA then.
+AS_IF([test "x$with_cuda" = xauto && test -n "$with_hip" && test "x$with_hip" != xno],
+      [with_cuda=no; rankmem_cuda_msg="no (--with-hip)"])
+
 AS_CASE([$with_cuda],
-    [no],   [rankmem_cuda_msg="no (--without-cuda)"],
+    [no],   [AS_IF([test "x$rankmem_cuda_msg" = xno], [rankmem_cuda_msg="no (--without-cuda)"])],
     [auto], [AS_IF([test -d /usr/local/cuda],
                    [CUDA_DIR=/usr/local/cuda],
                    [rankmem_cuda_msg="no (/usr/local/cuda not found; use --with-cuda=DIR)"])],

@@ -1,7 +1,7 @@
 /* The few CUDA runtime calls the plugin makes itself: select the rank's
  * device, name it, read its memory, and find which CPUs are near it. The
  * rest goes through librankmem. Plain C against cuda_runtime_api.h (no
- * nvcc); every function means "no GPU" in a build without CUDA. */
+ * nvcc); every function means "no GPU" in a build without CUDA or HIP. */
 #define _GNU_SOURCE
 #include "plugin.h"
 
@@ -11,8 +11,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "../src/gpu_api.h" /* CUDA, or HIP through the same names */
 #endif
 #if HAVE_HWLOC
 #include <hwloc.h>
@@ -26,7 +26,7 @@ int rk_mpi_gpu_count(void)
     return n;
 }
 
-#if HAVE_CUDA
+#if HAVE_GPU
 
 int rk_mpi_gpu_set(int device)
 {
@@ -94,7 +94,7 @@ void rk_mpi_gpu_meminfo(int device, uint64_t *total_p, uint64_t *free_p)
         (void)cudaGetLastError();
 }
 
-#else /* !HAVE_CUDA */
+#else /* !HAVE_GPU */
 
 int rk_mpi_gpu_set(int device)
 {

@@ -25,17 +25,7 @@
 
 /* ---- GPU helpers (no-ops without a GPU: every resource is host memory) ---- */
 
-static int gpu_count(void)
-{
-    static int n = -1; /* racy but idempotent: every thread computes the same */
-    int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
-    if (RKOMP_UNLIKELY(v < 0)) {
-        if (rankmem_device_count(&v) != RANKMEM_SUCCESS)
-            v = 0;
-        __atomic_store_n(&n, v, __ATOMIC_RELAXED);
-    }
-    return v;
-}
+#define gpu_count rkomp_gpu_count
 
 #if HAVE_CUDA
 /* Make dev current (when it is a device other than the current one);
@@ -122,7 +112,8 @@ static int copy_bytes(void *dst, const void *src, size_t n)
 #endif
 }
 
-/* Give a block back to the resource it came from. */
+/* Give a block back to the resource it came from, then stop keeping that
+ * resource for it (which may let the resource go: nothing touches it after). */
 static void release_block(const rkomp_block_t *b)
 {
 #if HAVE_CUDA
@@ -142,7 +133,14 @@ static void release_block(const rkomp_block_t *b)
     if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
         fprintf(stderr, "rankmem_omp: omp_free(%p): %s: %s\n", b->ptr, rankmem_status_string(st),
                 rankmem_last_error());
-    rankmem_resource_release(b->mr);
+    if (RKOMP_LIKELY(b->ent >= 0)) {
+        /* A device's current resource that was replaced goes once its last
+         * block does: notice the replacement here (the block still counts). */
+        rkomp_device_ent_check(b->ent);
+        rkomp_ent_unaccount(b->ptr, b->ent);
+    } else if (b->ent == RKOMP_ENT_OWN) {
+        rankmem_resource_release(b->mr);
+    }
 }
 
 /* ---- serving one of our allocators ---- */
@@ -163,16 +161,31 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
             return r->aligned_calloc ? r->aligned_calloc(al, 1, size, a->foreign) : NULL;
         return r->aligned_alloc ? r->aligned_alloc(al, size, a->foreign) : NULL;
     }
-    rankmem_resource_t *mr = a->chain;
-    if (!mr && rkomp_space_resource(a->space, &mr) != RANKMEM_SUCCESS)
-        return NULL;
-    /* The block holds a reference: the current resource may be replaced and
-     * the allocator destroyed while the block lives. */
-    if (rankmem_resource_retain(mr) != RANKMEM_SUCCESS)
+    /* The block must keep its resource alive until freed (the current
+     * resource may be replaced and the allocator destroyed meanwhile): it is
+     * counted by the resource's entry (blockmap.c), which holds one reference
+     * for all its blocks; shared resources live as long as the process. */
+    rankmem_resource_t *mr;
+    int ent;
+    unsigned gen = 0;
+    if (a->chain) {
+        mr = a->chain;
+        ent = rkomp_ent_pin(a->ent, mr, &gen) ? a->ent : RKOMP_ENT_OWN;
+    } else if (a->space == RKOMP_SPACE_DEVICE) {
+        int dev;
+        if (rkomp_device_resource(&mr, &dev) != RANKMEM_SUCCESS)
+            return NULL;
+        ent = rkomp_device_ent(dev, mr, &gen);
+    } else {
+        if (!(mr = rkomp_shared_resource(a->space)))
+            return NULL;
+        ent = RKOMP_ENT_NONE;
+    }
+    if (ent == RKOMP_ENT_OWN && rankmem_resource_retain(mr) != RANKMEM_SUCCESS)
         return NULL;
     size_t al = max3(alignment, a->alignment, RANKMEM_DEFAULT_ALIGNMENT);
     void *p = NULL;
-    rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0};
+    rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0, ent};
     if (rankmem_allocate(mr, size, al, &p) != RANKMEM_SUCCESS) {
         /* Leaves such as cudaMalloc promise only 256 bytes: a larger
          * alignment is served by over-allocating and rounding up. */
@@ -180,7 +193,8 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
         if (al <= RANKMEM_DEFAULT_ALIGNMENT || size > SIZE_MAX - extra ||
             rankmem_allocate(mr, size + extra, RANKMEM_DEFAULT_ALIGNMENT, &b.base) !=
                 RANKMEM_SUCCESS) {
-            rankmem_resource_release(mr);
+            if (ent == RKOMP_ENT_OWN)
+                rankmem_resource_release(mr);
             return NULL;
         }
         rankmem_clear_error(); /* the first refusal is not this call's failure */
@@ -188,12 +202,22 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
         p = (void *)(((uintptr_t)b.base + al - 1) & ~(uintptr_t)(al - 1));
     }
     b.ptr = p;
-    if ((zero && zero_fill(mr, p, size) != 0) || rkomp_map_insert(&b) != RANKMEM_SUCCESS) {
+    int ins = -1;
+    if (!zero || zero_fill(mr, p, size) == 0)
+        ins = rkomp_map_insert(&b, gen);
+    if (RKOMP_UNLIKELY(ins == 1) && rankmem_resource_retain(mr) != RANKMEM_SUCCESS) {
+        /* The entry was retired under us and the resource has no reference
+         * left: it is gone, so is the block; nothing can be given back. */
+        rkomp_map_forget(p);
+        return NULL;
+    }
+    if (RKOMP_UNLIKELY(ins < 0)) {
         if (b.base)
             rankmem_deallocate(mr, b.base, b.base_bytes, RANKMEM_DEFAULT_ALIGNMENT);
         else
             rankmem_deallocate(mr, p, size, al);
-        rankmem_resource_release(mr);
+        if (ent == RKOMP_ENT_OWN)
+            rankmem_resource_release(mr);
         return NULL;
     }
     return p;

@@ -1,35 +1,104 @@
-/* Live blocks of ours: pointer -> block. omp_free has no size and device
- * memory has no room for a header, so every block is recorded here.
+/* Live blocks of ours: pointer -> block, and which resources they keep alive.
  *
- * A sharded hash map: 64 shards, each an open-addressing table (linear
- * probing, backward-shift deletion, so no tombstones) under its own mutex.
- * Threads freeing different pointers rarely meet on a lock. The shard and
- * the slot come from different bits of one mixed hash. */
+ * The map. omp_free has no size and device memory has no room for a
+ * header, so every block is recorded here: 256 shards, each an
+ * open-addressing table (linear probing, backward-shift deletion, so no
+ * tombstones) under its own spinlock, one cache line apart. The shard and
+ * the slot come from different bits of one mixed hash, so the blocks of any
+ * one thread spread over all shards and threads rarely meet on a lock; a
+ * critical section is a probe and a 64-byte copy, too short to be worth a
+ * futex sleep.
+ *
+ * Resource entries. A block must keep the resource it came from alive until
+ * it is freed (the application may replace the current resource, or destroy
+ * the allocator, with blocks live). A reference per block would be a
+ * read-modify-write of the resource's one shared counter at every omp_alloc
+ * and omp_free: under 16 threads that line bounces between cores and drags
+ * the resource's read-mostly fields (ops, props) with it. Instead the layer
+ * holds ONE reference per resource it serves from (an entry) and counts
+ * that resource's live blocks in per-shard stripes: live[e] of the shard
+ * the block's pointer hashes to, raised under that shard's lock at insert
+ * and lowered (a CAS on a line the freeing thread just had) after the block
+ * went back to its resource. A stripe never goes negative (a block's insert
+ * and its release touch the same shard), so a sum of stripes is exact.
+ *
+ * An entry is ACTIVE while in service (the current resource of a device as
+ * last seen here, or an allocator's own chain) and RETIRED once not (the
+ * device's current resource changed, or omp_destroy_allocator). Retiring
+ * harvests the stripes: under each shard's lock, the stripe is swapped for
+ * HARVESTED and its count added up. From then on a release that finds its
+ * stripe HARVESTED lowers the entry's `remaining` instead; the one that takes
+ * it to zero (or the harvest itself, when nothing was live) drops the
+ * layer's reference and frees the entry. An insert racing with the harvest
+ * either lands before it (and is counted) or finds HARVESTED under the lock
+ * (and the block takes a reference of its own instead); a generation number
+ * (odd while the entry is being reset for reuse) catches an entry freed and
+ * reused between an allocation picking it and inserting its block.
+ *
+ * Blocks that cannot use an entry (all RKOMP_NENT in use, or the race above)
+ * hold a reference of their own, as every block did before; blocks of the
+ * shared managed and pinned resources, which live as long as the process,
+ * hold nothing. */
 #include "omp_internal.h"
 
 #include <pthread.h>
+#include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NSHARDS 64u
-#define INITIAL_CAPACITY 64u
+#define NSHARDS 256u
+#define SHARD_BITS 8
+#define INITIAL_CAPACITY 16u
+#define HARVESTED INT32_MIN
+#define REMAINING_BIAS ((long)1 << 40) /* keeps `remaining` above 0 during a harvest */
+
+/* ---- spinlock: test-and-test-and-set, pause, yield when it lasts ---- */
+
+static inline void cpu_relax(void)
+{
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#elif defined(__aarch64__)
+    __asm__ __volatile__("yield");
+#endif
+}
+
+static void spin_wait(unsigned *l)
+{
+    /* The holder may have been preempted (more threads than cores): after
+     * a short spin let it run rather than burn its time slice. */
+    for (unsigned n = 0;; n++) {
+        while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
+            if (++n < 128)
+                cpu_relax();
+            else
+                sched_yield();
+        }
+        if (!__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE))
+            return;
+    }
+}
+
+static inline void spin_lock(unsigned *l)
+{
+    if (RKOMP_UNLIKELY(__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE)))
+        spin_wait(l);
+}
+
+static inline void spin_unlock(unsigned *l) { __atomic_store_n(l, 0u, __ATOMIC_RELEASE); }
+
+/* ---- shards ---- */
 
 typedef struct shard {
-    pthread_mutex_t lock;
+    unsigned lock;
+    unsigned count; /* written under the lock, atomically: read without it (lookup) */
+    size_t mask;    /* capacity - 1; 0 while slots is NULL */
     rkomp_block_t *slots;
-    size_t mask;  /* capacity - 1; 0 while slots is NULL */
-    size_t count; /* written under the lock, atomically: read without it (lookup) */
+    int live[RKOMP_NENT]; /* per entry: its blocks in this shard, or HARVESTED (atomic) */
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[NSHARDS];
-static pthread_once_t shards_once = PTHREAD_ONCE_INIT;
 static int ever_used; /* atomic, sticky */
-
-static void shards_init(void)
-{
-    for (unsigned i = 0; i < NSHARDS; i++)
-        pthread_mutex_init(&shards[i].lock, NULL);
-}
 
 /* splitmix64's finaliser: every input bit reaches every output bit, which
  * matters because our pointers share their low (alignment) bits. */
@@ -44,10 +113,10 @@ static inline uint64_t mix(const void *p)
     return x;
 }
 
-static inline shard_t *shard_of(uint64_t h) { return &shards[h >> 58]; }
+static inline shard_t *shard_of(uint64_t h) { return &shards[h >> (64 - SHARD_BITS)]; }
 
 /* Slot holding ptr, or the empty slot where it would go. */
-static size_t probe(const shard_t *s, const void *ptr, uint64_t h)
+static inline size_t probe(const shard_t *s, const void *ptr, uint64_t h)
 {
     size_t i = (size_t)h & s->mask;
     while (s->slots[i].ptr && s->slots[i].ptr != ptr)
@@ -72,25 +141,218 @@ static int grow(shard_t *s)
     return 0;
 }
 
-rankmem_status_t rkomp_map_insert(const rkomp_block_t *b)
+/* ---- resource entries ---- */
+
+enum { ENT_FREE = 0, ENT_ACTIVE = 1, ENT_RETIRED = 2 };
+
+typedef struct entry {
+    unsigned gen;            /* atomic; odd while being (re)initialised */
+    unsigned state;          /* atomic: ENT_* */
+    rankmem_resource_t *mr;  /* atomic; the layer's reference while not FREE */
+    int device;              /* the device whose current resource it is, or -1 */
+    long remaining;          /* atomic; after the harvest: blocks still live (+ bias) */
+} __attribute__((aligned(64))) entry_t;
+
+static entry_t ents[RKOMP_NENT];
+static pthread_mutex_t ent_lock = PTHREAD_MUTEX_INITIALIZER; /* creation, retirement */
+static int dev_ent[RKOMP_MAX_DEVICES];                         /* atomic; entry + 1, 0 = none */
+
+/* Under ent_lock, with the entry's last block gone: back to FREE. Returns
+ * the reference to drop (outside the lock: it may finalize a pool). */
+static rankmem_resource_t *ent_free_locked(int e)
 {
-    pthread_once(&shards_once, shards_init);
+    entry_t *en = &ents[e];
+    rankmem_resource_t *mr = en->mr;
+    if (en->device >= 0 && en->device < RKOMP_MAX_DEVICES &&
+        __atomic_load_n(&dev_ent[en->device], __ATOMIC_RELAXED) == e + 1)
+        __atomic_store_n(&dev_ent[en->device], 0, __ATOMIC_RELEASE);
+    __atomic_store_n(&en->state, ENT_FREE, __ATOMIC_RELEASE);
+    return mr;
+}
+
+/* `remaining` went to zero (by n): the entry's last block is gone. */
+static void ent_drop(int e)
+{
+    pthread_mutex_lock(&ent_lock);
+    rankmem_resource_t *mr = ent_free_locked(e);
+    pthread_mutex_unlock(&ent_lock);
+    rankmem_resource_release(mr);
+}
+
+/* Under ent_lock. Returns the reference to drop when nothing was live. */
+static rankmem_resource_t *ent_retire_locked(int e)
+{
+    entry_t *en = &ents[e];
+    if (__atomic_load_n(&en->state, __ATOMIC_RELAXED) != ENT_ACTIVE)
+        return NULL;
+    __atomic_store_n(&en->remaining, REMAINING_BIAS, __ATOMIC_RELAXED);
+    __atomic_store_n(&en->state, ENT_RETIRED, __ATOMIC_RELEASE);
+    long sum = 0;
+    for (unsigned i = 0; i < NSHARDS; i++) {
+        shard_t *s = &shards[i];
+        spin_lock(&s->lock);
+        sum += __atomic_exchange_n(&s->live[e], HARVESTED, __ATOMIC_ACQ_REL);
+        spin_unlock(&s->lock);
+    }
+    long sub = REMAINING_BIAS - sum;
+    if (__atomic_sub_fetch(&en->remaining, sub, __ATOMIC_ACQ_REL) == 0)
+        return ent_free_locked(e);
+    return NULL;
+}
+
+/* Under ent_lock: an entry for mr holding one new reference, or -1. */
+static int ent_create_locked(rankmem_resource_t *mr, int device)
+{
+    int e = -1;
+    for (int i = 0; i < (int)RKOMP_NENT && e < 0; i++)
+        if (__atomic_load_n(&ents[i].state, __ATOMIC_ACQUIRE) == ENT_FREE)
+            e = i;
+    if (e < 0 || rankmem_resource_retain(mr) != RANKMEM_SUCCESS)
+        return -1;
+    entry_t *en = &ents[e];
+    /* Odd: an allocation that picked this entry in its previous life sees
+     * the change at insert and takes a reference of its own. */
+    __atomic_add_fetch(&en->gen, 1, __ATOMIC_ACQ_REL);
+    for (unsigned i = 0; i < NSHARDS; i++) {
+        shard_t *s = &shards[i];
+        spin_lock(&s->lock);
+        __atomic_store_n(&s->live[e], 0, __ATOMIC_RELAXED);
+        spin_unlock(&s->lock);
+    }
+    __atomic_store_n(&en->mr, mr, __ATOMIC_RELAXED);
+    en->device = device;
+    __atomic_store_n(&en->state, ENT_ACTIVE, __ATOMIC_RELAXED);
+    __atomic_add_fetch(&en->gen, 1, __ATOMIC_RELEASE);
+    return e;
+}
+
+int rkomp_ent_create(rankmem_resource_t *mr)
+{
+    pthread_mutex_lock(&ent_lock);
+    int e = ent_create_locked(mr, -1);
+    pthread_mutex_unlock(&ent_lock);
+    return e;
+}
+
+void rkomp_ent_retire(int e)
+{
+    if (e < 0 || e >= (int)RKOMP_NENT)
+        return;
+    pthread_mutex_lock(&ent_lock);
+    rankmem_resource_t *drop = ent_retire_locked(e);
+    pthread_mutex_unlock(&ent_lock);
+    if (drop)
+        rankmem_resource_release(drop);
+}
+
+int rkomp_ent_pin(int e, const rankmem_resource_t *mr, unsigned *gen_p)
+{
+    if (e < 0)
+        return 0;
+    entry_t *en = &ents[e];
+    unsigned g = __atomic_load_n(&en->gen, __ATOMIC_ACQUIRE);
+    int ok = !(g & 1u) && __atomic_load_n(&en->mr, __ATOMIC_RELAXED) == mr &&
+             __atomic_load_n(&en->state, __ATOMIC_RELAXED) == ENT_ACTIVE;
+    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    if (!ok || __atomic_load_n(&en->gen, __ATOMIC_RELAXED) != g)
+        return 0;
+    *gen_p = g;
+    return 1;
+}
+
+int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p)
+{
+    if (device < 0 || device >= RKOMP_MAX_DEVICES)
+        return RKOMP_ENT_OWN;
+    int e = __atomic_load_n(&dev_ent[device], __ATOMIC_ACQUIRE) - 1;
+    if (RKOMP_LIKELY(rkomp_ent_pin(e, mr, gen_p)))
+        return e;
+    /* First allocation on this device, or its current resource changed:
+     * retire the old entry (its blocks keep it until freed), make one. */
+    rankmem_resource_t *drop = NULL;
+    pthread_mutex_lock(&ent_lock);
+    e = __atomic_load_n(&dev_ent[device], __ATOMIC_RELAXED) - 1;
+    if (!rkomp_ent_pin(e, mr, gen_p)) {
+        if (e >= 0)
+            drop = ent_retire_locked(e);
+        e = ent_create_locked(mr, device);
+        __atomic_store_n(&dev_ent[device], e + 1, __ATOMIC_RELEASE);
+        if (e >= 0)
+            *gen_p = __atomic_load_n(&ents[e].gen, __ATOMIC_RELAXED);
+    }
+    pthread_mutex_unlock(&ent_lock);
+    if (drop)
+        rankmem_resource_release(drop);
+    return e >= 0 ? e : RKOMP_ENT_OWN;
+}
+
+void rkomp_device_ent_check(int e)
+{
+    entry_t *en = &ents[e];
+    int dev = en->device; /* stable: the caller's block keeps the entry */
+    rankmem_resource_t *cur;
+    if (dev < 0 || __atomic_load_n(&en->state, __ATOMIC_RELAXED) != ENT_ACTIVE ||
+        rankmem_get_device_resource(dev, &cur) != RANKMEM_SUCCESS ||
+        RKOMP_LIKELY(cur == __atomic_load_n(&en->mr, __ATOMIC_RELAXED)))
+        return;
+    pthread_mutex_lock(&ent_lock);
+    rankmem_resource_t *drop = NULL;
+    if (__atomic_load_n(&en->state, __ATOMIC_RELAXED) == ENT_ACTIVE &&
+        __atomic_load_n(&dev_ent[dev], __ATOMIC_RELAXED) == e + 1) {
+        drop = ent_retire_locked(e);
+        __atomic_store_n(&dev_ent[dev], 0, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&ent_lock);
+    if (drop) /* cannot happen: the caller's block is still counted */
+        rankmem_resource_release(drop);
+}
+
+void rkomp_ent_unaccount(const void *ptr, int e)
+{
+    shard_t *s = shard_of(mix(ptr));
+    int v = __atomic_load_n(&s->live[e], __ATOMIC_RELAXED);
+    do {
+        if (v == HARVESTED) {
+            if (__atomic_sub_fetch(&ents[e].remaining, 1, __ATOMIC_ACQ_REL) == 0)
+                ent_drop(e);
+            return;
+        }
+    } while (!__atomic_compare_exchange_n(&s->live[e], &v, v - 1, 1, __ATOMIC_RELEASE,
+                                          __ATOMIC_RELAXED));
+}
+
+/* ---- the map ---- */
+
+int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
+{
     uint64_t h = mix(b->ptr);
     shard_t *s = shard_of(h);
-    pthread_mutex_lock(&s->lock);
+    int own_ref = 0;
+    spin_lock(&s->lock);
     /* Grow at half load: probes stay short. */
     if ((s->count + 1) * 2 > (s->mask ? s->mask + 1 : 0) && grow(s) != 0) {
-        pthread_mutex_unlock(&s->lock);
-        return RANKMEM_ERR_OUT_OF_MEMORY;
+        spin_unlock(&s->lock);
+        return -1;
+    }
+    if (b->ent >= 0) {
+        /* Counted in its entry unless that was retired (harvested) or
+         * reused since the allocation picked it. */
+        if (__atomic_load_n(&s->live[b->ent], __ATOMIC_RELAXED) != HARVESTED &&
+            __atomic_load_n(&ents[b->ent].gen, __ATOMIC_ACQUIRE) == gen) {
+            __atomic_fetch_add(&s->live[b->ent], 1, __ATOMIC_RELAXED);
+        } else {
+            b->ent = RKOMP_ENT_OWN;
+            own_ref = 1;
+        }
     }
     size_t i = probe(s, b->ptr, h);
     if (!s->slots[i].ptr)
         __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
     s->slots[i] = *b;
-    pthread_mutex_unlock(&s->lock);
+    spin_unlock(&s->lock);
     if (RKOMP_UNLIKELY(!__atomic_load_n(&ever_used, __ATOMIC_RELAXED)))
         __atomic_store_n(&ever_used, 1, __ATOMIC_RELEASE);
-    return RANKMEM_SUCCESS;
+    return own_ref;
 }
 
 static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
@@ -107,15 +369,14 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
      * seen, and only freeing ptr itself could bring it back down. */
     if (!__atomic_load_n(&s->count, __ATOMIC_RELAXED))
         return 0;
-    pthread_once(&shards_once, shards_init);
-    pthread_mutex_lock(&s->lock);
+    spin_lock(&s->lock);
     if (!s->count) {
-        pthread_mutex_unlock(&s->lock);
+        spin_unlock(&s->lock);
         return 0;
     }
     size_t i = probe(s, ptr, h);
     if (!s->slots[i].ptr) {
-        pthread_mutex_unlock(&s->lock);
+        spin_unlock(&s->lock);
         return 0;
     }
     *b_p = s->slots[i];
@@ -133,11 +394,17 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
                 hole = j;
             }
         }
-        memset(&s->slots[hole], 0, sizeof s->slots[hole]);
+        s->slots[hole].ptr = NULL;
         __atomic_store_n(&s->count, s->count - 1, __ATOMIC_RELAXED);
     }
-    pthread_mutex_unlock(&s->lock);
+    spin_unlock(&s->lock);
     return 1;
+}
+
+void rkomp_map_forget(const void *ptr)
+{
+    rkomp_block_t b;
+    lookup(ptr, &b, 1);
 }
 
 int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 1); }

@@ -17,7 +17,7 @@ rkomp_space_obj_t rkomp_spaces[RKOMP_SPACE_COUNT] = {
     {                                                                                      \
         .a = {.state = RKOMP_STATE_LIVE, .space = (space_), .fallback = RKOMP_ATV_NULL_FB, \
               .alignment = 1, .sync_hint = RKOMP_ATV_CONTENDED, .access = RKOMP_ATV_ALL,   \
-              .pinned = RKOMP_ATV_FALSE, .partition = RKOMP_ATV_ENVIRONMENT }              \
+              .pinned = RKOMP_ATV_FALSE, .partition = RKOMP_ATV_ENVIRONMENT, .ent = -1 }   \
     }
 rkomp_slot_t rkomp_slots[RKOMP_MAX_ALLOCATORS] = {RKOMP_PREDEFINED(RKOMP_SPACE_DEVICE),
                                                   RKOMP_PREDEFINED(RKOMP_SPACE_MANAGED),
@@ -64,6 +64,7 @@ void rkomp_slot_put(rkomp_allocator_t *a)
     pthread_mutex_lock(&slot_lock);
     a->gen++;
     a->chain = NULL;
+    a->ent = -1;
     a->foreign = 0;
     a->next_free = RKOMP_NO_SLOT;
     __atomic_store_n(&a->state, RKOMP_STATE_FREE, __ATOMIC_RELEASE);
@@ -102,15 +103,49 @@ static void make_shared(int space)
 static void make_managed(void) { make_shared(RKOMP_SPACE_MANAGED); }
 static void make_pinned(void) { make_shared(RKOMP_SPACE_PINNED); }
 
+int rkomp_gpu_count(void)
+{
+    static int n = -1; /* racy but idempotent: every thread computes the same */
+    int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
+    if (RKOMP_UNLIKELY(v < 0)) {
+        if (rankmem_device_count(&v) != RANKMEM_SUCCESS)
+            v = 0;
+        __atomic_store_n(&n, v, __ATOMIC_RELAXED);
+    }
+    return v;
+}
+
+rankmem_status_t rkomp_device_resource(rankmem_resource_t **mr_p, int *device_p)
+{
+    int d = 0;
+    /* With one visible device (or none: the host slot) it is device 0 and
+     * current: skip cudaGetDevice, which is on every omp_alloc otherwise. */
+    if (rkomp_gpu_count() > 1)
+        rankmem_current_device(&d);
+    *device_p = d;
+    return rankmem_get_device_resource(d, mr_p);
+}
+
+rankmem_resource_t *rkomp_shared_resource(int space)
+{
+    if (space == RKOMP_SPACE_MANAGED)
+        pthread_once(&shared_once[space], make_managed);
+    else if (space == RKOMP_SPACE_PINNED)
+        pthread_once(&shared_once[space], make_pinned);
+    else
+        return NULL;
+    return shared_status[space] == RANKMEM_SUCCESS ? shared_mr[space] : NULL;
+}
+
 rankmem_status_t rkomp_space_resource(int space, rankmem_resource_t **mr_p)
 {
-    switch (space) {
-    case RKOMP_SPACE_DEVICE: return rankmem_get_current_resource(mr_p);
-    case RKOMP_SPACE_MANAGED: pthread_once(&shared_once[space], make_managed); break;
-    case RKOMP_SPACE_PINNED: pthread_once(&shared_once[space], make_pinned); break;
-    default: return RANKMEM_ERR_INVALID_ARGUMENT;
+    if (space == RKOMP_SPACE_DEVICE) {
+        int d;
+        return rkomp_device_resource(mr_p, &d);
     }
-    if (shared_status[space] != RANKMEM_SUCCESS)
+    if (space != RKOMP_SPACE_MANAGED && space != RKOMP_SPACE_PINNED)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    if (!rkomp_shared_resource(space))
         return shared_status[space];
     *mr_p = shared_mr[space];
     return RANKMEM_SUCCESS;

@@ -102,6 +102,7 @@ typedef struct rkomp_allocator {
     size_t alignment;          /* alignment trait (1 = none) */
     size_t pool_size;          /* 0 = none */
     rankmem_resource_t *chain; /* own chain (one reference), or NULL: the space's resource */
+    int ent;                   /* the chain's resource entry (blockmap.c), or -1 */
     rkomp_handle_t foreign;    /* RKOMP_SPACE_FOREIGN: the runtime's allocator */
     unsigned sync_hint, access, pinned, partition; /* as given (for the record) */
     unsigned next_free; /* free-slot queue link (index), under the slot lock */
@@ -162,6 +163,14 @@ RKOMP_HIDDEN void rkomp_slot_put(rkomp_allocator_t *a);
 /* The resource a space serves from, borrowed: the current device's resource,
  * or the shared managed / pinned instance (host memory without a GPU). */
 RKOMP_HIDDEN rankmem_status_t rkomp_space_resource(int space, rankmem_resource_t **mr_p);
+/* The device space's resource and the device it belongs to (0 with no GPU).
+ * With at most one visible device, no CUDA call. */
+RKOMP_HIDDEN rankmem_status_t rkomp_device_resource(rankmem_resource_t **mr_p, int *device_p);
+/* The shared managed / pinned resource (made on first use, kept for the
+ * life of the process), or NULL when it cannot be made. */
+RKOMP_HIDDEN rankmem_resource_t *rkomp_shared_resource(int space);
+/* Visible GPUs (rankmem_device_count), cached. */
+RKOMP_HIDDEN int rkomp_gpu_count(void);
 
 /* ---- the runtime's own functions (runtime.c) ---- */
 
@@ -205,25 +214,54 @@ RKOMP_HIDDEN int rkomp_interposed(void);
  * memory freed by omp_free goes back to its resource. */
 RKOMP_HIDDEN int rkomp_free_sync(void);
 
-/* ---- live blocks: pointer -> block (blockmap.c) ---- */
+/* ---- live blocks: pointer -> block, and the resources they keep (blockmap.c) ---- */
+
+#define RKOMP_NENT 64        /* resources counted by entry at once; more: a reference per block */
+#define RKOMP_MAX_DEVICES 64 /* devices whose current resource gets an entry */
+#define RKOMP_ENT_NONE (-1)  /* the block's resource lives as long as the process: nothing held */
+#define RKOMP_ENT_OWN (-2)   /* the block holds a reference of its own */
 
 typedef struct rkomp_block {
     void *ptr;                /* NULL = empty slot */
-    rankmem_resource_t *mr;   /* one reference held for the block's life */
+    rankmem_resource_t *mr;   /* kept alive for the block's life (see ent) */
     size_t bytes;
     size_t alignment;         /* what rankmem_allocate got */
     rkomp_handle_t allocator; /* the handle it was allocated through */
     void *base;               /* over-allocated for its alignment: what rankmem gave, else NULL */
     size_t base_bytes;        /* and its size (its alignment is RANKMEM_DEFAULT_ALIGNMENT) */
+    int ent;                  /* resource entry counting it, or RKOMP_ENT_NONE / _OWN */
 } rkomp_block_t;
 
-RKOMP_HIDDEN rankmem_status_t rkomp_map_insert(const rkomp_block_t *b);
+/* Record b. An entry-counted block (b->ent >= 0, gen from rkomp_ent_pin or
+ * rkomp_device_ent) is counted in its entry, unless that entry was retired
+ * or reused meanwhile: then b->ent becomes RKOMP_ENT_OWN and 1 is returned
+ * (the caller must take the block's own reference). 0: recorded; -1: no
+ * memory for the map. */
+RKOMP_HIDDEN int rkomp_map_insert(rkomp_block_t *b, unsigned gen);
 /* 1 and *b_p filled when ptr is ours (and, for remove, forgotten); else 0. */
 RKOMP_HIDDEN int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p);
 RKOMP_HIDDEN int rkomp_map_get(const void *ptr, rkomp_block_t *b_p);
+RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
 /* Nonzero once any block was ever inserted: lets programs that never use our
  * allocators free without a lookup. */
 RKOMP_HIDDEN int rkomp_map_used(void);
+
+/* A new ACTIVE entry for mr (an allocator's own chain), holding one
+ * reference of its own, or -1 when all RKOMP_NENT are in use. */
+RKOMP_HIDDEN int rkomp_ent_create(rankmem_resource_t *mr);
+/* No longer in service: the reference goes once the entry's blocks are gone. */
+RKOMP_HIDDEN void rkomp_ent_retire(int ent);
+/* Whether entry ent is ACTIVE for mr; *gen_p for rkomp_map_insert. */
+RKOMP_HIDDEN int rkomp_ent_pin(int ent, const rankmem_resource_t *mr, unsigned *gen_p);
+/* The entry of device's current resource mr (made, and the previous one
+ * retired, when mr changed), or RKOMP_ENT_OWN. */
+RKOMP_HIDDEN int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p);
+/* A block of device entry ent was freed: retire ent when its device's current
+ * resource is no longer ent's (called while the block is still counted). */
+RKOMP_HIDDEN void rkomp_device_ent_check(int ent);
+/* The block ptr of entry ent went back to its resource: stop counting it
+ * (may drop the entry's reference, after which the resource may be gone). */
+RKOMP_HIDDEN void rkomp_ent_unaccount(const void *ptr, int ent);
 
 /* ---- serving (alloc.c) ---- */
 

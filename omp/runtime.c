@@ -106,9 +106,18 @@ static void resolve(void)
     apply_env_default();
 }
 
+static int rt_ready; /* atomic: resolve() finished (saves the once on hot paths) */
+
+static void resolve_once(void)
+{
+    resolve();
+    __atomic_store_n(&rt_ready, 1, __ATOMIC_RELEASE);
+}
+
 const rkomp_runtime_t *rkomp_rt(void)
 {
-    pthread_once(&rt_once, resolve);
+    if (RKOMP_UNLIKELY(!__atomic_load_n(&rt_ready, __ATOMIC_ACQUIRE)))
+        pthread_once(&rt_once, resolve_once);
     return &rt;
 }
 

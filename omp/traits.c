@@ -207,6 +207,7 @@ static rankmem_status_t build_chain(int space, const parsed_t *p, rankmem_resour
 static void fill(rkomp_allocator_t *a, int space, const parsed_t *p)
 {
     a->space = space;
+    a->ent = -1;
     a->fallback = p->fallback;
     a->fb_data = p->fb_data;
     a->alignment = p->alignment;
@@ -310,6 +311,9 @@ RKOMP_EXPORT rkomp_handle_t omp_init_allocator(rkomp_handle_t memspace, int ntra
     }
     fill(a, space, &p);
     a->chain = chain;
+    /* Its blocks are counted by an entry holding one reference on the chain
+     * (no entry left: each block holds its own). */
+    a->ent = chain ? rkomp_ent_create(chain) : -1;
     return publish(a);
 }
 
@@ -350,10 +354,13 @@ RKOMP_EXPORT void omp_destroy_allocator(rkomp_handle_t allocator)
                 (unsigned long)allocator);
         return;
     }
-    /* Blocks still live hold their own reference on the chain: freeing them
-     * later stays safe, and the chain goes when the last of them does. */
-    if (a->chain)
+    /* Blocks still live keep the chain (through its entry, or their own
+     * references): freeing them later stays safe, and the chain goes when
+     * the last of them does. */
+    if (a->chain) {
+        rkomp_ent_retire(a->ent);
         rankmem_resource_release(a->chain);
+    }
     if (a->space == RKOMP_SPACE_FOREIGN && a->foreign) {
         const rkomp_runtime_t *r = rkomp_rt();
         if (r->destroy_allocator)

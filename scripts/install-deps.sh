@@ -19,3 +19,6 @@ $SUDO apt-get install -y -qq --no-install-recommends \
 $SUDO apt-get install -y -qq --no-install-recommends python3 >/dev/null
 # clang and LLVM's libomp: the OpenMP tests run a second time against libomp.
 $SUDO apt-get install -y -qq --no-install-recommends clang libomp-dev >/dev/null
+# The HIP runtime's headers and libamdhip64 (HIP 5.2 on Debian 12): CI builds
+# the HIP variant (configure --with-hip) and runs its CPU tests.
+$SUDO apt-get install -y -qq --no-install-recommends libamdhip64-dev >/dev/null

@@ -67,8 +67,8 @@
 #include <unistd.h>
 
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 #endif
 
 #define UNIT RANKMEM_DEFAULT_ALIGNMENT /* 256 */
@@ -1744,7 +1744,7 @@ rankmem_status_t rankmem_arena_params_default(rankmem_arena_params_t *params_p)
 static rankmem_status_t default_size(const rankmem_resource_t *upstream, size_t *size_p)
 {
     if ((upstream->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && rk_gpu_count() > 0) {
-#if HAVE_CUDA
+#if HAVE_GPU
         size_t free_b = 0, total_b = 0;
         cudaError_t err = cudaMemGetInfo(&free_b, &total_b);
         if (err != cudaSuccess)

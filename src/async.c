@@ -46,8 +46,8 @@ static rankmem_status_t check_params(const rankmem_async_params_t *params)
     return RANKMEM_SUCCESS;
 }
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 
 /* What pool allocations are guaranteed (as cudaMalloc). */
 #define ASYNC_ALIGNMENT ((size_t)256)
@@ -71,7 +71,8 @@ static rankmem_status_t async_allocate(rankmem_resource_t *mr, size_t bytes, siz
 {
     if (RK_UNLIKELY(alignment > ASYNC_ALIGNMENT))
         return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
-                        "%s: alignment %zu for %zu bytes; the CUDA pool guarantees only %zu",
+                        "%s: alignment %zu for %zu bytes; the " RK_GPU_RUNTIME
+                        " pool guarantees only %zu",
                         mr->ops->name, alignment, bytes, ASYNC_ALIGNMENT);
     void *p;
     cudaError_t err = cudaMallocFromPoolAsync(&p, bytes, ((rk_async_t *)mr)->pool,
@@ -226,9 +227,14 @@ static rankmem_status_t create_pool(int dev, const rankmem_async_params_t *param
     cudaError_t err;
     if (params->handle_type != RANKMEM_HANDLE_NONE) {
         int supported = 0;
+#if RK_GPU_POOL_HANDLE_TYPES_ATTR
         err = cudaDeviceGetAttribute(&supported, cudaDevAttrMemoryPoolSupportedHandleTypes, dev);
         if (err != cudaSuccess)
             return rk_cuda_error(err, "rankmem_async_create: cudaDeviceGetAttribute", 0);
+#else
+        /* The runtime cannot say (HIP 5.x); file descriptors are all it has. */
+        supported = RANKMEM_HANDLE_POSIX_FD;
+#endif
         if (params->handle_type & ~supported)
             return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
                             "rankmem_async_create: device %d cannot export pool memory as handle "
@@ -348,7 +354,7 @@ rankmem_status_t rankmem_async_pool_handle(rankmem_resource_t *mr, rankmem_mempo
     return RANKMEM_SUCCESS;
 }
 
-#else /* !HAVE_CUDA */
+#else /* !HAVE_GPU */
 
 rankmem_status_t rankmem_async_create(const rankmem_async_params_t *params,
                                       rankmem_resource_t **mr_p)

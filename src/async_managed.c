@@ -14,9 +14,9 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
-#if CUDART_VERSION >= 13000
+#if HAVE_GPU
+#include "gpu_api.h"
+#if RK_GPU_MANAGED_POOLS
 #define RK_MANAGED_POOLS 1
 #endif
 #endif
@@ -358,6 +358,8 @@ rankmem_status_t rankmem_async_managed_pool_handle(rankmem_resource_t *mr,
 
 #if HAVE_CUDA
 #define AM_WHY_NOT "rankmem was built with a CUDA toolkit older than 13.0, which has no managed memory pools"
+#elif HAVE_HIP
+#define AM_WHY_NOT "rankmem was built with HIP, whose memory pools hold device memory only (no managed memory pools)"
 #else
 #define AM_WHY_NOT "rankmem was built without CUDA"
 #endif

@@ -5,8 +5,8 @@
 
 #include <stdlib.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 
 /* What cudaMalloc guarantees; larger alignments would need over-allocation
  * and a way back to the base pointer, which pools above do better. */
@@ -80,7 +80,7 @@ rankmem_status_t rankmem_cuda_create(rankmem_resource_t **mr_p)
                            RANKMEM_PROP_DEVICE_ACCESSIBLE, NULL, mr_p);
 }
 
-#else /* !HAVE_CUDA */
+#else /* !HAVE_GPU */
 
 rankmem_status_t rankmem_cuda_create(rankmem_resource_t **mr_p)
 {

@@ -1,14 +1,15 @@
 /* The GPU runtime as the rest of the library sees it: device detection, the
  * current device, cross-stream ordering and CUDA error reporting. Every
- * function works, as "no GPU", in a build without CUDA and on a machine where
- * the runtime cannot start (the build machines: no driver, error 35). */
+ * function works, as "no GPU", in a build without a GPU runtime and on a
+ * machine where the runtime cannot start (the build machines: no driver,
+ * error 35). CUDA or HIP: gpu_api.h maps the calls. */
 #include "internal.h"
 
 #include <pthread.h>
 #include <stdio.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 
 static pthread_once_t gpu_once = PTHREAD_ONCE_INIT;
 static int gpu_count;           /* written once under gpu_once, read-only after */
@@ -20,12 +21,13 @@ static void gpu_detect(void)
     cudaError_t err = cudaGetDeviceCount(&n);
     if (err != cudaSuccess) {
         /* Any failure means no usable GPU; keep the runtime's words for users. */
-        snprintf(gpu_reason, sizeof gpu_reason, "cudaGetDeviceCount: %s (error %d)",
+        snprintf(gpu_reason, sizeof gpu_reason, RK_GPU_PREFIX "GetDeviceCount: %s (error %d)",
                  cudaGetErrorString(err), (int)err);
         (void)cudaGetLastError(); /* don't let it surface in the caller's next CUDA call */
         n = 0;
     } else if (n <= 0) {
-        snprintf(gpu_reason, sizeof gpu_reason, "cudaGetDeviceCount: no CUDA device (0 devices)");
+        snprintf(gpu_reason, sizeof gpu_reason,
+                 RK_GPU_PREFIX "GetDeviceCount: no " RK_GPU_RUNTIME " device (0 devices)");
         n = 0;
     }
     gpu_count = n;
@@ -127,7 +129,7 @@ rankmem_status_t rk_cuda_error(int cuda_err, const char *what, size_t bytes)
                     cudaGetErrorName(err), cuda_err);
 }
 
-#else /* !HAVE_CUDA */
+#else /* !HAVE_GPU */
 
 int rk_gpu_count(void) { return 0; }
 

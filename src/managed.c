@@ -4,8 +4,8 @@
 
 #include <stdlib.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 
 /* What cudaMallocManaged is documented to guarantee (like cudaMalloc). */
 #define MANAGED_ALIGNMENT ((size_t)256)
@@ -76,7 +76,7 @@ rankmem_status_t rankmem_managed_create(rankmem_resource_t **mr_p)
                            mr_p);
 }
 
-#else /* !HAVE_CUDA */
+#else /* !HAVE_GPU */
 
 rankmem_status_t rankmem_managed_create(rankmem_resource_t **mr_p)
 {

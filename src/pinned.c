@@ -6,8 +6,8 @@
 
 #include <stdlib.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 
 /* cudaHostAlloc hands out whole pages. */
 #define PINNED_ALIGNMENT ((size_t)4096)
@@ -69,7 +69,7 @@ rankmem_status_t rankmem_pinned_create(rankmem_resource_t **mr_p)
                            mr_p);
 }
 
-#else /* !HAVE_CUDA */
+#else /* !HAVE_GPU */
 
 rankmem_status_t rankmem_pinned_create(rankmem_resource_t **mr_p)
 {

@@ -20,12 +20,12 @@
 
 #define BOTH_SIDES (RANKMEM_PROP_DEVICE_ACCESSIBLE | RANKMEM_PROP_HOST_ACCESSIBLE)
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 
 static cudaError_t prefetch_to_device(const void *p, size_t bytes, int dev, cudaStream_t stream)
 {
-#if CUDART_VERSION >= 13000
+#if RK_GPU_MEMLOCATION_ADVISE
     struct cudaMemLocation loc;
     loc.type = cudaMemLocationTypeDevice;
     loc.id = dev;
@@ -100,7 +100,7 @@ static const rankmem_resource_ops_t prefetch_ops = {
     .finalize = prefetch_finalize,
     .describe = prefetch_describe,
 };
-#endif /* HAVE_CUDA */
+#endif /* HAVE_GPU */
 
 rankmem_status_t rankmem_prefetch_create(rankmem_resource_t *upstream, rankmem_resource_t **mr_p)
 {
@@ -112,7 +112,7 @@ rankmem_status_t rankmem_prefetch_create(rankmem_resource_t *upstream, rankmem_r
                         "rankmem_prefetch_create: the memory of upstream '%s' is not managed "
                         "(it is not both host- and device-accessible)",
                         upstream->ops->name ? upstream->ops->name : "?");
-#if HAVE_CUDA
+#if HAVE_GPU
     if (rk_gpu_count() == 0)
         return rk_error(RANKMEM_ERR_NO_DEVICE, "rankmem_prefetch_create: no GPU (%s)",
                         rk_gpu_absent_reason());

@@ -7,8 +7,8 @@
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 #endif
 
 static pthread_mutex_t registry_lock = PTHREAD_MUTEX_INITIALIZER;
@@ -51,7 +51,7 @@ static rankmem_status_t make_initial(int device, rankmem_resource_t **mr_p)
         *mr_p = rk_host_resource();
         return rankmem_resource_retain(*mr_p);
     }
-#if HAVE_CUDA
+#if HAVE_GPU
     int old = 0;
     cudaError_t err = cudaGetDevice(&old);
     if (err == cudaSuccess && old != device)

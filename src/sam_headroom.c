@@ -29,8 +29,8 @@
 #include <stdlib.h>
 #include <unistd.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 
 #define ON_DEVICE ((uintptr_t)1) /* low bit of a live entry: preferred on the device */
 
@@ -47,7 +47,7 @@ typedef struct rk_sam {
 /* Preferred location: device dev, or the host when dev < 0. */
 static cudaError_t set_preferred(void *p, size_t bytes, int dev)
 {
-#if CUDART_VERSION >= 13000
+#if RK_GPU_MEMLOCATION_ADVISE
     struct cudaMemLocation loc;
     loc.type = dev >= 0 ? cudaMemLocationTypeDevice : cudaMemLocationTypeHost;
     loc.id = dev >= 0 ? dev : 0;
@@ -62,7 +62,7 @@ static cudaError_t set_preferred(void *p, size_t bytes, int dev)
  * advice on it: take ours off. */
 static void unset_preferred(void *p, size_t bytes)
 {
-#if CUDART_VERSION >= 13000
+#if RK_GPU_MEMLOCATION_ADVISE
     struct cudaMemLocation loc = {cudaMemLocationTypeHost, 0}; /* ignored for unset */
     cudaError_t err = cudaMemAdvise(p, bytes, cudaMemAdviseUnsetPreferredLocation, loc);
 #else
@@ -314,7 +314,7 @@ rankmem_status_t rankmem_sam_headroom_device_bytes(rankmem_resource_t *mr, size_
     return RANKMEM_SUCCESS;
 }
 
-#else /* !HAVE_CUDA */
+#else /* !HAVE_GPU */
 
 rankmem_status_t rankmem_sam_headroom_create(size_t headroom, rankmem_resource_t **mr_p)
 {

@@ -29,8 +29,8 @@
 #include <string.h>
 #include <unistd.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "gpu_api.h"
 #endif
 
 #define MAX_NODES 64 /* no sane chain is longer; bounds the work per spec */
@@ -610,7 +610,7 @@ static rankmem_status_t parse_chain(parser_t *p)
 
 size_t rk_percent_base(int device, const char **why_p)
 {
-#if HAVE_CUDA
+#if HAVE_GPU
     if (device && rk_gpu_count() > 0) {
         size_t free_b = 0, total = 0;
         cudaError_t err = cudaMemGetInfo(&free_b, &total);

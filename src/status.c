@@ -63,3 +63,12 @@ int rankmem_have_cuda(void)
     return 0;
 #endif
 }
+
+int rankmem_have_hip(void)
+{
+#if HAVE_HIP
+    return 1;
+#else
+    return 0;
+#endif
+}

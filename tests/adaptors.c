@@ -252,9 +252,9 @@ static void test_bad_inputs(void)
     both->base.props = RANKMEM_PROP_HOST_ACCESSIBLE | RANKMEM_PROP_DEVICE_ACCESSIBLE;
     int ndev = 0;
     rankmem_device_count(&ndev);
-    if (!rankmem_have_cuda())
+    if (!rankmem_have_cuda() && !rankmem_have_hip())
         BAD_CREATE(rankmem_prefetch_create(&both->base, &mr), RANKMEM_ERR_NOT_SUPPORTED, mr,
-                   "prefetch_create in a build without CUDA");
+                   "prefetch_create in a build without a GPU runtime");
     else if (ndev == 0)
         BAD_CREATE(rankmem_prefetch_create(&both->base, &mr), RANKMEM_ERR_NO_DEVICE, mr,
                    "prefetch_create without a GPU");

@@ -18,7 +18,7 @@ import types
 
 recipe, helpfile = sys.argv[1], sys.argv[2]
 # Options the recipe maps ahead of the code that will accept them.
-PENDING = {"--with-hip": "issue 9 (HIP)", "--without-hip": "issue 9 (HIP)"}
+PENDING = {}
 EXPECTED_VARIANTS = {"cuda", "mpi", "openmp", "hip", "fortran"}
 
 n = 0

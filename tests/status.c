@@ -1,4 +1,6 @@
 /* Status strings, the thread-local last error, version. */
+#include "config.h"
+
 #include <pthread.h>
 #include <string.h>
 #include <rankmem.h>
@@ -60,6 +62,16 @@ int main(void)
        "library version matches the header (%d.%d.%d)", ma, mi, pa);
     is_status(rankmem_version(NULL, &mi, &pa), RANKMEM_ERR_INVALID_ARGUMENT, "version: NULL out");
     ok(rankmem_have_cuda() == 0 || rankmem_have_cuda() == 1, "have_cuda is a boolean");
+    ok(rankmem_have_hip() == 0 || rankmem_have_hip() == 1, "have_hip is a boolean");
+    ok(!(rankmem_have_cuda() && rankmem_have_hip()), "at most one GPU runtime (cuda %d, hip %d)",
+       rankmem_have_cuda(), rankmem_have_hip());
+#if HAVE_HIP
+    ok(rankmem_have_hip() == 1, "a HIP build says so");
+#elif HAVE_CUDA
+    ok(rankmem_have_cuda() == 1, "a CUDA build says so");
+#else
+    ok(rankmem_have_cuda() == 0 && rankmem_have_hip() == 0, "a build without a GPU runtime says so");
+#endif
     is_status(rankmem_resource_release(sys), RANKMEM_SUCCESS, "system resource released");
     return tap_done();
 }

@@ -30,7 +30,7 @@ class Rankmem(AutotoolsPackage, CudaPackage):
     variant("openmp", default=True,
             description="Use OpenMP and build librankmem_omp (OpenMP allocators served by rankmem)")
     variant("hip", default=False,
-            description="AMD GPUs through HIP (configure --with-hip; pending: issue 9)")
+            description="AMD GPUs through HIP instead of CUDA (configure --with-hip)")
     variant("fortran", default=True,
             description="Build and install the Fortran module rankmem (iso_c_binding)")
 
@@ -45,7 +45,9 @@ class Rankmem(AutotoolsPackage, CudaPackage):
     depends_on("mpi", when="+mpi")
     # RANKMEM_BIND=nearest asks hwloc for the GPUs' locality.
     depends_on("hwloc@2:", when="+mpi")
-    depends_on("hip", when="+hip")
+    depends_on("hip@5.2:", when="+hip")
+    # One GPU runtime per build.
+    conflicts("+cuda", when="+hip", msg="rankmem builds against CUDA or HIP, not both")
 
     def autoreconf(self, spec, prefix):
         Executable("./autogen.sh")()
@@ -64,8 +66,7 @@ class Rankmem(AutotoolsPackage, CudaPackage):
         else:
             args.append("--without-cuda")
 
-        # HIP is issue 9: the option is mapped already; configure will
-        # accept it once that lands (until then it warns and ignores it).
+        # --with-hip turns CUDA off by itself; conflicts() keeps +cuda out.
         if spec.satisfies("+hip"):
             args.append("--with-hip={0}".format(spec["hip"].prefix))
         else:
