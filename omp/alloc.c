@@ -135,8 +135,12 @@ static void release_block(const rkomp_block_t *b)
                 rankmem_last_error());
     if (RKOMP_LIKELY(b->ent >= 0)) {
         /* A device's current resource that was replaced goes once its last
-         * block does: notice the replacement here (the block still counts). */
-        rkomp_device_ent_check(b->ent);
+         * block does. Allocations notice a replacement at once; frees look
+         * every 16th time per thread (the block still counts meanwhile), which
+         * spares most frees a registry lookup. */
+        static __thread unsigned frees __attribute__((tls_model("initial-exec")));
+        if (RKOMP_UNLIKELY((++frees & 15u) == 0))
+            rkomp_device_ent_check(b->ent);
         rkomp_ent_unaccount(b->ptr, b->ent);
     } else if (b->ent == RKOMP_ENT_OWN) {
         rankmem_resource_release(b->mr);

@@ -16,24 +16,28 @@
  * and omp_free: under 16 threads that line bounces between cores and drags
  * the resource's read-mostly fields (ops, props) with it. Instead the layer
  * holds ONE reference per resource it serves from (an entry) and counts
- * that resource's live blocks in per-shard stripes: live[e] of the shard
- * the block's pointer hashes to, raised under that shard's lock at insert
- * and lowered (a CAS on a line the freeing thread just had) after the block
- * went back to its resource. A stripe never goes negative (a block's insert
- * and its release touch the same shard), so a sum of stripes is exact.
+ * that resource's live blocks in per-shard stripes, in the shard the
+ * block's pointer hashes to: `ins` is raised under the shard's lock at
+ * insert, `rel` by an atomic add (on the same cache line, which the freeing
+ * thread just had) after the block went back to its resource. A block's
+ * insert and release touch the same shard, so ins - rel of a stripe is that
+ * shard's live count, never negative, and the sum over shards is exact.
  *
  * An entry is ACTIVE while in service (the current resource of a device as
  * last seen here, or an allocator's own chain) and RETIRED once not (the
  * device's current resource changed, or omp_destroy_allocator). Retiring
- * harvests the stripes: under each shard's lock, the stripe is swapped for
- * HARVESTED and its count added up. From then on a release that finds its
- * stripe HARVESTED lowers the entry's `remaining` instead; the one that takes
- * it to zero (or the harvest itself, when nothing was live) drops the
- * layer's reference and frees the entry. An insert racing with the harvest
- * either lands before it (and is counted) or finds HARVESTED under the lock
- * (and the block takes a reference of its own instead); a generation number
- * (odd while the entry is being reset for reuse) catches an entry freed and
- * reused between an allocation picking it and inserting its block.
+ * harvests the stripes: under each shard's lock, `rel` gets the HARVESTED
+ * flag and ins - rel is added up. A release whose add finds the flag came
+ * after the harvest counted its block and lowers the entry's `remaining`
+ * instead; the one that takes it to zero (or the harvest itself, when
+ * nothing was live) drops the layer's reference and frees the entry. An
+ * insert racing with the harvest either lands before it (and is counted) or
+ * finds the flag under the lock (and the block takes a reference of its own
+ * instead); a generation number (odd while the entry is being reset for
+ * reuse) catches an entry freed and reused between an allocation picking it
+ * and inserting its block. The release is counted only after the block went
+ * back, so a retirement never lets the resource go while a free of one of
+ * its blocks is still inside it.
  *
  * Blocks that cannot use an entry (all RKOMP_NENT in use, or the race above)
  * hold a reference of their own, as every block did before; blocks of the
@@ -49,7 +53,7 @@
 #define NSHARDS 256u
 #define SHARD_BITS 8
 #define INITIAL_CAPACITY 16u
-#define HARVESTED INT32_MIN
+#define HARVESTED ((uint64_t)1 << 63) /* flag in a shard's released count */
 #define REMAINING_BIAS ((long)1 << 40) /* keeps `remaining` above 0 during a harvest */
 
 /* ---- spinlock: test-and-test-and-set, pause, yield when it lasts ---- */
@@ -94,11 +98,19 @@ typedef struct shard {
     unsigned count; /* written under the lock, atomically: read without it (lookup) */
     size_t mask;    /* capacity - 1; 0 while slots is NULL */
     rkomp_block_t *slots;
-    int live[RKOMP_NENT]; /* per entry: its blocks in this shard, or HARVESTED (atomic) */
+    /* Per entry: blocks inserted into this shard (under the lock), and
+     * blocks released (atomic, lock-free; HARVESTED once counted out).
+     * Their difference is the entry's live blocks here. */
+    struct {
+        uint64_t ins, rel;
+    } n[RKOMP_NENT]; /* the first entries share the lock's cache line */
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[NSHARDS];
-static int ever_used; /* atomic, sticky */
+/* Atomic, sticky; read by every omp_free: a line of its own, never written again. */
+static struct {
+    int v;
+} __attribute__((aligned(64))) ever_used;
 
 /* splitmix64's finaliser: every input bit reaches every output bit, which
  * matters because our pointers share their low (alignment) bits. */
@@ -191,7 +203,8 @@ static rankmem_resource_t *ent_retire_locked(int e)
     for (unsigned i = 0; i < NSHARDS; i++) {
         shard_t *s = &shards[i];
         spin_lock(&s->lock);
-        sum += __atomic_exchange_n(&s->live[e], HARVESTED, __ATOMIC_ACQ_REL);
+        uint64_t rel = __atomic_fetch_or(&s->n[e].rel, HARVESTED, __ATOMIC_ACQ_REL);
+        sum += (long)(s->n[e].ins - rel);
         spin_unlock(&s->lock);
     }
     long sub = REMAINING_BIAS - sum;
@@ -200,13 +213,23 @@ static rankmem_resource_t *ent_retire_locked(int e)
     return NULL;
 }
 
+/* Entries that allocators' chains leave to devices' current resources:
+ * without an entry, every allocation on the device space would take the
+ * slow path. */
+#define DEVICE_RESERVE 8
+
 /* Under ent_lock: an entry for mr holding one new reference, or -1. */
 static int ent_create_locked(rankmem_resource_t *mr, int device)
 {
-    int e = -1;
-    for (int i = 0; i < (int)RKOMP_NENT && e < 0; i++)
-        if (__atomic_load_n(&ents[i].state, __ATOMIC_ACQUIRE) == ENT_FREE)
-            e = i;
+    int e = -1, nfree = 0;
+    for (int i = 0; i < (int)RKOMP_NENT; i++)
+        if (__atomic_load_n(&ents[i].state, __ATOMIC_ACQUIRE) == ENT_FREE) {
+            nfree++;
+            if (e < 0)
+                e = i;
+        }
+    if (device < 0 && nfree <= DEVICE_RESERVE)
+        return -1;
     if (e < 0 || rankmem_resource_retain(mr) != RANKMEM_SUCCESS)
         return -1;
     entry_t *en = &ents[e];
@@ -216,7 +239,8 @@ static int ent_create_locked(rankmem_resource_t *mr, int device)
     for (unsigned i = 0; i < NSHARDS; i++) {
         shard_t *s = &shards[i];
         spin_lock(&s->lock);
-        __atomic_store_n(&s->live[e], 0, __ATOMIC_RELAXED);
+        s->n[e].ins = 0;
+        __atomic_store_n(&s->n[e].rel, 0, __ATOMIC_RELAXED);
         spin_unlock(&s->lock);
     }
     __atomic_store_n(&en->mr, mr, __ATOMIC_RELAXED);
@@ -251,9 +275,9 @@ int rkomp_ent_pin(int e, const rankmem_resource_t *mr, unsigned *gen_p)
         return 0;
     entry_t *en = &ents[e];
     unsigned g = __atomic_load_n(&en->gen, __ATOMIC_ACQUIRE);
-    int ok = !(g & 1u) && __atomic_load_n(&en->mr, __ATOMIC_RELAXED) == mr &&
-             __atomic_load_n(&en->state, __ATOMIC_RELAXED) == ENT_ACTIVE;
-    __atomic_thread_fence(__ATOMIC_ACQUIRE);
+    /* Acquire loads: the second read of gen stays after them (a seqlock). */
+    int ok = !(g & 1u) && __atomic_load_n(&en->mr, __ATOMIC_ACQUIRE) == mr &&
+             __atomic_load_n(&en->state, __ATOMIC_ACQUIRE) == ENT_ACTIVE;
     if (!ok || __atomic_load_n(&en->gen, __ATOMIC_RELAXED) != g)
         return 0;
     *gen_p = g;
@@ -310,15 +334,11 @@ void rkomp_device_ent_check(int e)
 void rkomp_ent_unaccount(const void *ptr, int e)
 {
     shard_t *s = shard_of(mix(ptr));
-    int v = __atomic_load_n(&s->live[e], __ATOMIC_RELAXED);
-    do {
-        if (v == HARVESTED) {
-            if (__atomic_sub_fetch(&ents[e].remaining, 1, __ATOMIC_ACQ_REL) == 0)
-                ent_drop(e);
-            return;
-        }
-    } while (!__atomic_compare_exchange_n(&s->live[e], &v, v - 1, 1, __ATOMIC_RELEASE,
-                                          __ATOMIC_RELAXED));
+    /* Released after the harvest counted the block: it is the entry's
+     * `remaining` that goes down. */
+    if (RKOMP_UNLIKELY(__atomic_fetch_add(&s->n[e].rel, 1, __ATOMIC_ACQ_REL) & HARVESTED) &&
+        __atomic_sub_fetch(&ents[e].remaining, 1, __ATOMIC_ACQ_REL) == 0)
+        ent_drop(e);
 }
 
 /* ---- the map ---- */
@@ -337,9 +357,9 @@ int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
     if (b->ent >= 0) {
         /* Counted in its entry unless that was retired (harvested) or
          * reused since the allocation picked it. */
-        if (__atomic_load_n(&s->live[b->ent], __ATOMIC_RELAXED) != HARVESTED &&
+        if (!(__atomic_load_n(&s->n[b->ent].rel, __ATOMIC_RELAXED) & HARVESTED) &&
             __atomic_load_n(&ents[b->ent].gen, __ATOMIC_ACQUIRE) == gen) {
-            __atomic_fetch_add(&s->live[b->ent], 1, __ATOMIC_RELAXED);
+            s->n[b->ent].ins++;
         } else {
             b->ent = RKOMP_ENT_OWN;
             own_ref = 1;
@@ -350,8 +370,8 @@ int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
         __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
     s->slots[i] = *b;
     spin_unlock(&s->lock);
-    if (RKOMP_UNLIKELY(!__atomic_load_n(&ever_used, __ATOMIC_RELAXED)))
-        __atomic_store_n(&ever_used, 1, __ATOMIC_RELEASE);
+    if (RKOMP_UNLIKELY(!__atomic_load_n(&ever_used.v, __ATOMIC_RELAXED)))
+        __atomic_store_n(&ever_used.v, 1, __ATOMIC_RELEASE);
     return own_ref;
 }
 
@@ -409,4 +429,4 @@ void rkomp_map_forget(const void *ptr)
 
 int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 1); }
 int rkomp_map_get(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 0); }
-int rkomp_map_used(void) { return __atomic_load_n(&ever_used, __ATOMIC_ACQUIRE); }
+int rkomp_map_used(void) { return __atomic_load_n(&ever_used.v, __ATOMIC_ACQUIRE); }

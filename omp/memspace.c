@@ -103,15 +103,14 @@ static void make_shared(int space)
 static void make_managed(void) { make_shared(RKOMP_SPACE_MANAGED); }
 static void make_pinned(void) { make_shared(RKOMP_SPACE_PINNED); }
 
-int rkomp_gpu_count(void)
+int rkomp_ngpu = -1;
+
+int rkomp_gpu_count_slow(void)
 {
-    static int n = -1; /* racy but idempotent: every thread computes the same */
-    int v = __atomic_load_n(&n, __ATOMIC_RELAXED);
-    if (RKOMP_UNLIKELY(v < 0)) {
-        if (rankmem_device_count(&v) != RANKMEM_SUCCESS)
-            v = 0;
-        __atomic_store_n(&n, v, __ATOMIC_RELAXED);
-    }
+    int v; /* racy but idempotent: every thread computes the same */
+    if (rankmem_device_count(&v) != RANKMEM_SUCCESS)
+        v = 0;
+    __atomic_store_n(&rkomp_ngpu, v, __ATOMIC_RELAXED);
     return v;
 }
 

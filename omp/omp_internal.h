@@ -169,8 +169,14 @@ RKOMP_HIDDEN rankmem_status_t rkomp_device_resource(rankmem_resource_t **mr_p, i
 /* The shared managed / pinned resource (made on first use, kept for the
  * life of the process), or NULL when it cannot be made. */
 RKOMP_HIDDEN rankmem_resource_t *rkomp_shared_resource(int space);
-/* Visible GPUs (rankmem_device_count), cached. */
-RKOMP_HIDDEN int rkomp_gpu_count(void);
+/* Visible GPUs (rankmem_device_count), cached: read on every call. */
+RKOMP_HIDDEN extern int rkomp_ngpu; /* -1 until known */
+RKOMP_HIDDEN int rkomp_gpu_count_slow(void);
+static inline int rkomp_gpu_count(void)
+{
+    int v = __atomic_load_n(&rkomp_ngpu, __ATOMIC_RELAXED);
+    return RKOMP_LIKELY(v >= 0) ? v : rkomp_gpu_count_slow();
+}
 
 /* ---- the runtime's own functions (runtime.c) ---- */
 
@@ -216,7 +222,7 @@ RKOMP_HIDDEN int rkomp_free_sync(void);
 
 /* ---- live blocks: pointer -> block, and the resources they keep (blockmap.c) ---- */
 
-#define RKOMP_NENT 64        /* resources counted by entry at once; more: a reference per block */
+#define RKOMP_NENT 32        /* resources counted by entry at once; more: a reference per block */
 #define RKOMP_MAX_DEVICES 64 /* devices whose current resource gets an entry */
 #define RKOMP_ENT_NONE (-1)  /* the block's resource lives as long as the process: nothing held */
 #define RKOMP_ENT_OWN (-2)   /* the block holds a reference of its own */

@@ -155,7 +155,8 @@ static void print_text(const info_t *in)
            RANKMEM_VERSION_MINOR, RANKMEM_VERSION_PATCH);
     printf("build:\n");
     printf("  CUDA:        %s\n", in->cuda);
-    printf("  HIP:         no\n");
+    printf("  HIP:         %s\n",
+           rankmem_have_hip() ? "yes (its devices are not listed here yet)" : "no");
     printf("  MPI plugin:  not built yet\n");
     printf("  OpenMP:      %s\n", in->openmp);
     printf("devices:\n");
@@ -199,7 +200,8 @@ static int print_json(const info_t *in)
     printf("{\n  \"version\": \"%d.%d.%d\",\n", ma, mi, pa);
     printf("  \"build\": {\"cuda\": %s, \"cuda_detail\": ", in->have_cuda ? "true" : "false");
     json_string(in->cuda);
-    printf(", \"hip\": false, \"mpi_plugin\": false, \"openmp\": ");
+    printf(", \"hip\": %s, \"mpi_plugin\": false, \"openmp\": ",
+           rankmem_have_hip() ? "true" : "false");
     json_string(in->openmp);
     printf("},\n  \"devices\": [");
     for (int d = 0; d < in->ndev; d++) {

@@ -232,6 +232,70 @@ static void stats_through_rank_resource(void)
     rankmem_resource_release(cur);
 }
 
+/* The layer keeps a resource alive for its blocks with one reference for
+ * all of them, dropped with the last block once the resource is no longer
+ * in service (replaced as the current resource, or its allocator destroyed). */
+static void resource_references(void)
+{
+    rankmem_resource_t *cur = NULL, *st = NULL;
+    if (rankmem_get_current_resource(&cur) != RANKMEM_SUCCESS ||
+        rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
+        rankmem_stats_create(cur, &st) != RANKMEM_SUCCESS ||
+        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
+        BAIL_OUT("cannot install a stats adaptor as the current resource");
+    unsigned long r0 = st->refcount; /* ours and the registry's */
+    void *p[9];
+    for (int i = 0; i < 9; i++)
+        p[i] = omp_alloc(100 + (size_t)i, rankmem_omp_device_mem_alloc);
+    ok(st->refcount == r0 + 1, "9 live blocks: one reference on their resource (%lu over %lu)",
+       st->refcount, r0);
+    /* Replaced while its blocks live: the next allocation notices, the
+     * blocks keep it. */
+    rankmem_set_current_resource(cur);
+    void *z = omp_alloc(100, rankmem_omp_device_mem_alloc);
+    rankmem_resource_t *zr = NULL;
+    ok(rankmem_omp_block_info(z, NULL, &zr) == RANKMEM_SUCCESS && zr == cur,
+       "after the swap, blocks come from the new current resource");
+    ok(st->refcount == r0, "the replaced resource is still held for its blocks (%lu)", st->refcount);
+    for (int i = 0; i < 8; i++)
+        omp_free(p[i], rankmem_omp_device_mem_alloc);
+    ok(st->refcount == r0, "... until the last of them is freed (%lu)", st->refcount);
+    omp_free(p[8], rankmem_omp_device_mem_alloc);
+    ok(st->refcount == r0 - 1, "then the layer's reference goes (%lu)", st->refcount);
+    omp_free(z, rankmem_omp_device_mem_alloc);
+
+    /* More allocators with chains than the layer counts by entry: blocks of
+     * the rest hold references of their own; all outlive their allocators. */
+    enum { NA = 40 };
+    omp_allocator_handle_t a[NA];
+    void *q[NA];
+    int made = 0, live = 0;
+    rankmem_set_current_resource(st);
+    omp_alloctrait_t t[1] = {{omp_atk_pool_size, 1 << 20}};
+    for (int i = 0; i < NA; i++) {
+        a[i] = omp_init_allocator(rankmem_omp_device_mem_space, 1, t);
+        q[i] = a[i] != omp_null_allocator ? omp_alloc(64, a[i]) : NULL;
+        made += is_ours(q[i]);
+    }
+    for (int i = 0; i < NA; i++)
+        omp_destroy_allocator(a[i]);
+    for (int i = 0; i < NA; i++) {
+        live += is_ours(q[i]);
+        omp_free(q[i], omp_null_allocator);
+    }
+    rankmem_stats_t s = {.size = sizeof s};
+    rankmem_stats_get(st, &s);
+    ok(made == NA && live == NA && s.count_current == 0,
+       "%d allocators' blocks outlive them and go back (%d, %zu left)", made, live,
+       s.count_current);
+    rankmem_set_current_resource(cur);
+    void *w = omp_alloc(100, rankmem_omp_device_mem_alloc); /* notices the swap */
+    omp_free(w, rankmem_omp_device_mem_alloc);
+    ok(st->refcount == 1, "nothing of the layer's is left on the resource (%lu)", st->refcount);
+    rankmem_resource_release(st);
+    rankmem_resource_release(cur);
+}
+
 static void bad_inputs(void)
 {
     /* No-ops (a crash would end the plan short). */
@@ -290,6 +354,7 @@ int main(void)
     default_allocator();
     allocate_clause();
     stats_through_rank_resource();
+    resource_references();
     bad_inputs();
     return tap_done();
 }

@@ -11,6 +11,66 @@
 #define NTHREADS 16
 #define ITERS 1500
 
+/* One thread keeps replacing the current resource (two stats adaptors, in
+ * turn) while the others allocate and free through the device allocator:
+ * every block goes back to the adaptor it came from, and once all are freed
+ * (and the swaps are noticed) the library holds no reference on either. */
+/* Shared with the region through atomics on static storage: libgomp hands
+ * its argument block (and what was written before the region) to its pooled
+ * threads without ThreadSanitizer seeing it, a false report. */
+static rankmem_resource_t *pair[2];
+static int t_bad, t_done;
+
+static void swaps_under_load(rankmem_resource_t *cur, rankmem_resource_t *st)
+{
+    rankmem_resource_t *st2 = NULL;
+    if (rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
+        rankmem_stats_create(cur, &st2) != RANKMEM_SUCCESS)
+        BAIL_OUT("cannot make a second stats adaptor");
+    __atomic_store_n(&pair[0], st, __ATOMIC_RELEASE);
+    __atomic_store_n(&pair[1], st2, __ATOMIC_RELEASE);
+#pragma omp parallel num_threads(8)
+    {
+        int me = omp_get_thread_num(), bad = 0;
+        void *keep[4] = {0};
+        rankmem_resource_t *two[2] = {__atomic_load_n(&pair[0], __ATOMIC_ACQUIRE),
+                                      __atomic_load_n(&pair[1], __ATOMIC_ACQUIRE)};
+        /* Thread 0 swaps until the others are done. */
+        for (unsigned i = 0; me == 0 && __atomic_load_n(&t_done, __ATOMIC_ACQUIRE) < 7; i++)
+            rankmem_set_current_resource(two[i % 2]);
+        for (int i = 0; me != 0 && i < 4000; i++) {
+            int k = i % 4;
+            if (keep[k])
+                omp_free(keep[k], rankmem_omp_device_mem_alloc);
+            keep[k] = omp_alloc(64 + (size_t)(i % 512), rankmem_omp_device_mem_alloc);
+            rankmem_resource_t *mr = NULL;
+            bad += !keep[k] || rankmem_omp_block_info(keep[k], NULL, &mr) != RANKMEM_SUCCESS ||
+                   (mr != two[0] && mr != two[1]);
+        }
+        for (int k = 0; k < 4; k++)
+            if (keep[k])
+                omp_free(keep[k], rankmem_omp_device_mem_alloc);
+        __atomic_fetch_add(&t_bad, bad, __ATOMIC_RELEASE);
+        if (me != 0)
+            __atomic_fetch_add(&t_done, 1, __ATOMIC_RELEASE);
+    }
+    /* Notice the last swap, then the other adaptor's entry: the layer then
+     * holds a reference on the current one only while it has blocks. */
+    rankmem_set_current_resource(cur);
+    omp_free(omp_alloc(64, rankmem_omp_device_mem_alloc), rankmem_omp_device_mem_alloc);
+    rankmem_stats_t s1 = {.size = sizeof s1}, s2 = {.size = sizeof s2};
+    rankmem_stats_get(st, &s1);
+    rankmem_stats_get(st2, &s2);
+    ok(__atomic_load_n(&t_bad, __ATOMIC_ACQUIRE) == 0 && s1.count_current == 0 &&
+           s2.count_current == 0,
+       "swaps under load: every block from and back to one of the two (%zu + %zu served)",
+       s1.count_total, s2.count_total);
+    ok(st2->refcount == 1, "swaps under load: no reference left on the swapped-out resource (%lu)",
+       st2->refcount);
+    rankmem_set_current_resource(st);
+    rankmem_resource_release(st2);
+}
+
 int main(void)
 {
     diag("runtime: %s, %d threads", RT_NAME, NTHREADS);
@@ -127,6 +187,7 @@ int main(void)
     ok(s.count_current == 0 && s.bytes_current == 0 && s.count_total > 0,
        "the rank's resource: nothing live at the end (%zu blocks of %zu total)", s.count_current,
        s.count_total);
+    swaps_under_load(cur, st);
     rankmem_set_current_resource(cur);
     rankmem_resource_release(st);
     rankmem_resource_release(cur);
