@@ -20,6 +20,26 @@ RANKMEM_API rankmem_resource_t *rankmem_mpi_resource(void);
 /* Writes a report now (collective over comm). path NULL: RANKMEM_REPORT. */
 RANKMEM_API rankmem_status_t rankmem_mpi_report(MPI_Comm comm, const char *path);
 
+/* ---- sharing device memory between the ranks of one node (mpi/share.c;
+ * docs/mpi.md, "Sharing device memory between ranks") ----
+ * Collective over comm, whose ranks must all be on the root's node. The
+ * root calls rankmem_mpi_share with an async resource created with
+ * handle_type RANKMEM_HANDLE_POSIX_FD; every other rank calls
+ * rankmem_mpi_import and gets an async_import resource over that pool.
+ * All ranks return an error when any rank failed (nothing is left imported
+ * then). RANKMEM_ERR_NOT_SUPPORTED for a rank on another node. */
+RANKMEM_API rankmem_status_t rankmem_mpi_share(rankmem_resource_t *mr, int root, MPI_Comm comm);
+RANKMEM_API rankmem_status_t rankmem_mpi_import(int root, MPI_Comm comm,
+                                                rankmem_resource_t **imported_p);
+/* Collective over comm: count allocations of the shared pool. The root
+ * passes its async resource and its pointers (allocations its streams have
+ * reached); every other rank passes its async_import resource and gets the
+ * same memory in ptrs[0..count). Importers free with
+ * rankmem_async_free_imported, and the root frees only after all of them
+ * have (an MPI_Barrier after their frees). */
+RANKMEM_API rankmem_status_t rankmem_mpi_share_pointers(rankmem_resource_t *mr, void **ptrs,
+                                                        int count, int root, MPI_Comm comm);
+
 #ifdef __cplusplus
 }
 #endif

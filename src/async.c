@@ -354,6 +354,19 @@ rankmem_status_t rankmem_async_pool_handle(rankmem_resource_t *mr, rankmem_mempo
     return RANKMEM_SUCCESS;
 }
 
+int rk_async_pool_of(const rankmem_resource_t *mr, void **pool_p, int *handle_types_p)
+{
+    if (!is_async(mr))
+        return 0;
+    const rk_async_t *am = (const rk_async_t *)mr;
+    *pool_p = (void *)am->pool;
+    /* A view's pool was made by the caller: what it can export is unknown here. */
+    *handle_types_p = mr->ops == &async_view_ops ? -1
+                      : am->owned                ? am->params.handle_type
+                                                 : RANKMEM_HANDLE_NONE;
+    return 1;
+}
+
 #else /* !HAVE_GPU */
 
 rankmem_status_t rankmem_async_create(const rankmem_async_params_t *params,

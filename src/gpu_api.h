@@ -63,6 +63,7 @@
 #define cudaMemAllocationHandleType hipMemAllocationHandleType
 #define cudaMemLocation hipMemLocation
 #define cudaMemAccessDesc hipMemAccessDesc
+#define cudaMemAccessFlags hipMemAccessFlags       /* enum tag and typedef */
 #define cudaMemPoolPtrExportData hipMemPoolPtrExportData
 #define cudaDeviceProp hipDeviceProp_t           /* struct tag */
 
@@ -156,6 +157,7 @@
 #define cudaMemHandleTypePosixFileDescriptor hipMemHandleTypePosixFileDescriptor
 #define cudaMemLocationTypeDevice hipMemLocationTypeDevice
 #define cudaMemAccessFlagsProtReadWrite hipMemAccessFlagsProtReadWrite
+#define cudaMemAccessFlagsProtNone hipMemAccessFlagsProtNone
 /* Sharing pools and single allocations between processes. */
 #define cudaMemPoolExportToShareableHandle hipMemPoolExportToShareableHandle
 #define cudaMemPoolImportFromShareableHandle hipMemPoolImportFromShareableHandle

@@ -54,6 +54,11 @@ RK_HIDDEN void rk_gpu_event_destroy(void *event);
  * errors through these. cuda_err is a cudaError_t. */
 RK_HIDDEN rankmem_status_t rk_cuda_error(int cuda_err, const char *what, size_t bytes);
 
+/* For share.c (async.c, GPU builds): 1 and the pool (a cudaMemPool_t) and
+ * its export handle types (RANKMEM_HANDLE_*; -1 when unknown, for an
+ * async_view) when mr is an async or async_view resource; 0 otherwise. */
+RK_HIDDEN int rk_async_pool_of(const rankmem_resource_t *mr, void **pool_p, int *handle_types_p);
+
 /* The process-wide host resource (system), created once; borrowed pointer. */
 RK_HIDDEN rankmem_resource_t *rk_host_resource(void);
 

@@ -60,6 +60,60 @@ RANKMEM_API rankmem_status_t rankmem_async_view_create(rankmem_mempool_t pool,
 RANKMEM_API rankmem_status_t rankmem_async_pool_handle(rankmem_resource_t *mr,
                                                        rankmem_mempool_t *pool_p);
 
+/* ---- sharing a pool and its allocations between processes of one node
+ * (src/share.c; rankmem_mpi_share in rankmem_mpi.h does it over MPI) ----
+ * The exporter's async resource must own its pool, created with
+ * handle_type RANKMEM_HANDLE_POSIX_FD (rankmem_async_params_t). Importers
+ * free what they imported (rankmem_async_free_imported) and release the
+ * imported resource before the exporter frees the memory: the
+ * stream-ordered allocator requires it. */
+
+/* A pool's shareable handle: a file descriptor of the exporting process.
+ * It means nothing in another process until passed over a Unix socket
+ * (SCM_RIGHTS) or pidfd_getfd; the caller closes it when done. */
+typedef struct rankmem_pool_share {
+    int handle_type; /* RANKMEM_HANDLE_POSIX_FD */
+    int fd;
+} rankmem_pool_share_t;
+
+/* One allocation's export data (cudaMemPoolPtrExportData): plain bytes,
+ * valid in any process that imported the pool, so it may travel by MPI. */
+#define RANKMEM_PTR_EXPORT_BYTES 64
+typedef struct rankmem_ptr_export {
+    unsigned char bytes[RANKMEM_PTR_EXPORT_BYTES];
+} rankmem_ptr_export_t;
+
+/* The pool of an async resource as a file descriptor
+ * (cudaMemPoolExportToShareableHandle). RANKMEM_ERR_NOT_SUPPORTED for a
+ * pool made without handle_type RANKMEM_HANDLE_POSIX_FD (the default pool
+ * included); RANKMEM_ERR_INVALID_ARGUMENT for a resource that is not async. */
+RANKMEM_API rankmem_status_t rankmem_async_export_pool(rankmem_resource_t *mr,
+                                                       rankmem_pool_share_t *share_p);
+
+/* Export data of ptr, an allocation of mr (cudaMemPoolExportPointer). The
+ * importer may touch the memory only once the allocating stream has
+ * reached the allocation (synchronise it before passing the data on). */
+RANKMEM_API rankmem_status_t rankmem_async_export_pointer(rankmem_resource_t *mr, void *ptr,
+                                                          rankmem_ptr_export_t *data_p);
+
+/* An "async_import" resource over the pool another process exported
+ * (cudaMemPoolImportFromShareableHandle), made accessible from the current
+ * device. share->fd stays the caller's (close it after). It cannot
+ * allocate (RANKMEM_ERR_NOT_SUPPORTED); deallocate frees an imported
+ * pointer on a stream (cudaFreeAsync); releasing it closes the import. */
+RANKMEM_API rankmem_status_t rankmem_async_import_pool(const rankmem_pool_share_t *share,
+                                                       rankmem_resource_t **mr_p);
+
+/* The exporter's allocation in this process (cudaMemPoolImportPointer). */
+RANKMEM_API rankmem_status_t rankmem_async_import_pointer(rankmem_resource_t *imported,
+                                                          const rankmem_ptr_export_t *data,
+                                                          void **ptr_p);
+
+/* Frees an imported pointer and waits until that is done (cudaFree), so
+ * that the exporter may free the memory once told. */
+RANKMEM_API rankmem_status_t rankmem_async_free_imported(rankmem_resource_t *imported,
+                                                         void *ptr);
+
 /* User functions. alloc must return memory aligned to alignment (or fail with
  * a status); props says where the memory lives. arg is passed to both. */
 typedef rankmem_status_t (*rankmem_alloc_fn)(void *arg, size_t bytes, size_t alignment,

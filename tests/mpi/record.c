@@ -1,6 +1,6 @@
 /* This rank's record (rk_mpi_fill_record), field by field: the plugin's
  * sources are built into this program, hooks included, so that it can call
- * the hidden function. Run by tests/mpi/*.mpish under mpirun with 4 ranks.
+ * the hidden function. Run by the tests/mpi .mpish scripts under mpirun with 4 ranks.
  *
  * What the settings should have produced comes from the environment:
  *   RKT_EXPECT_SPEC       the record's spec (default stats>pool>system with
