@@ -82,7 +82,7 @@ static int ptr_host_accessible(const void *p)
     rkomp_block_t b;
     if (!gpu_count())
         return 1;
-    if (rkomp_map_used() && rkomp_map_get(p, &b))
+    if (rkomp_map_maybe(p) && rkomp_map_get(p, &b))
         return host_accessible(b.mr);
     return 0;
 }
@@ -189,7 +189,7 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
         return NULL;
     size_t al = max3(alignment, a->alignment, RANKMEM_DEFAULT_ALIGNMENT);
     void *p = NULL;
-    rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0, ent};
+    rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0, ent, 0};
     if (rankmem_allocate(mr, size, al, &p) != RANKMEM_SUCCESS) {
         /* Leaves such as cudaMalloc promise only 256 bytes: a larger
          * alignment is served by over-allocating and rounding up. */
@@ -273,6 +273,12 @@ static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero
  * range. *a_p is the live allocator or NULL for a stale handle. */
 static inline int classify(rkomp_handle_t h, rkomp_allocator_t **a_p)
 {
+    /* The predefined device allocator (the common case) is always live: no
+     * range, state or generation check. */
+    if (RKOMP_LIKELY(h == (uintptr_t)&rkomp_slots[0] + 1u)) {
+        *a_p = &rkomp_slots[0].a;
+        return 1;
+    }
     if (h == RKOMP_NULL_ALLOCATOR)
         h = rkomp_get_default();
     if (!rkomp_in_range(h))
@@ -326,7 +332,7 @@ static inline rkomp_handle_t kmpc_handle(rkomp_handle_t h)
 static int our_free(void *ptr)
 {
     rkomp_block_t b;
-    if (!ptr || !rkomp_map_used() || !rkomp_map_remove(ptr, &b))
+    if (!ptr || !rkomp_map_maybe(ptr) || !rkomp_map_remove(ptr, &b))
         return 0;
     release_block(&b);
     return 1;
@@ -528,7 +534,7 @@ static void *do_realloc(const fwd_t *f, void *ptr, size_t size, rkomp_handle_t a
                         rkomp_handle_t free_allocator)
 {
     rkomp_block_t b;
-    int mine = ptr && rkomp_map_used() && rkomp_map_get(ptr, &b);
+    int mine = ptr && rkomp_map_maybe(ptr) && rkomp_map_get(ptr, &b);
     if (!ptr) {
         int handled;
         void *p = our_alloc(1, size, 0, allocator, &handled);
@@ -601,7 +607,7 @@ RKOMP_EXPORT rankmem_status_t rankmem_omp_block_info(const void *ptr, size_t *by
     rkomp_block_t b;
     if (!ptr)
         return RANKMEM_ERR_INVALID_ARGUMENT;
-    if (!rkomp_map_used() || !rkomp_map_get(ptr, &b))
+    if (!rkomp_map_maybe(ptr) || !rkomp_map_get(ptr, &b))
         return RANKMEM_ERR_INVALID_POINTER;
     if (bytes_p)
         *bytes_p = b.bytes;

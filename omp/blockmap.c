@@ -107,10 +107,19 @@ typedef struct shard {
 } __attribute__((aligned(64))) shard_t;
 
 static shard_t shards[NSHARDS];
-/* Atomic, sticky; read by every omp_free: a line of its own, never written again. */
+/* Bit (1 GiB region of a block's address, hashed) set once a block of ours
+ * was inserted there. Atomic, sticky; read by every omp_free: a line of its
+ * own, written once per region, so it stays shared in every core's cache and
+ * a pointer of the runtime's (host heap, while ours are usually device
+ * memory) is told apart with this one load. */
 static struct {
-    int v;
-} __attribute__((aligned(64))) ever_used;
+    uint64_t bits;
+} __attribute__((aligned(64))) regions;
+
+static inline uint64_t region_bit(const void *p)
+{
+    return (uint64_t)1 << ((((uint64_t)(uintptr_t)p >> 30) * 0x9e3779b97f4a7c15ull) >> 58);
+}
 
 /* splitmix64's finaliser: every input bit reaches every output bit, which
  * matters because our pointers share their low (alignment) bits. */
@@ -148,7 +157,7 @@ static int grow(shard_t *s)
     s->mask = cap - 1;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].ptr)
-            s->slots[probe(s, old[i].ptr, mix(old[i].ptr))] = old[i];
+            s->slots[probe(s, old[i].ptr, old[i].hash)] = old[i];
     free(old);
     return 0;
 }
@@ -348,6 +357,13 @@ int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
     uint64_t h = mix(b->ptr);
     shard_t *s = shard_of(h);
     int own_ref = 0;
+    b->hash = (unsigned)h; /* the slot index uses the low bits only */
+    /* Before the block is published (the program gets ptr after this call
+     * returns, so whoever frees it sees the bit). Read first: the line is
+     * written once per region, not per block. */
+    uint64_t bit = region_bit(b->ptr);
+    if (RKOMP_UNLIKELY(!(__atomic_load_n(&regions.bits, __ATOMIC_RELAXED) & bit)))
+        __atomic_fetch_or(&regions.bits, bit, __ATOMIC_RELEASE);
     spin_lock(&s->lock);
     /* Grow at half load: probes stay short. */
     if ((s->count + 1) * 2 > (s->mask ? s->mask + 1 : 0) && grow(s) != 0) {
@@ -370,8 +386,6 @@ int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
         __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
     s->slots[i] = *b;
     spin_unlock(&s->lock);
-    if (RKOMP_UNLIKELY(!__atomic_load_n(&ever_used.v, __ATOMIC_RELAXED)))
-        __atomic_store_n(&ever_used.v, 1, __ATOMIC_RELEASE);
     return own_ref;
 }
 
@@ -408,7 +422,7 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
             j = (j + 1) & s->mask;
             if (!s->slots[j].ptr)
                 break;
-            size_t home = (size_t)mix(s->slots[j].ptr) & s->mask;
+            size_t home = (size_t)s->slots[j].hash & s->mask;
             if (((j - home) & s->mask) >= ((j - hole) & s->mask)) {
                 s->slots[hole] = s->slots[j];
                 hole = j;
@@ -429,4 +443,7 @@ void rkomp_map_forget(const void *ptr)
 
 int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 1); }
 int rkomp_map_get(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 0); }
-int rkomp_map_used(void) { return __atomic_load_n(&ever_used.v, __ATOMIC_ACQUIRE); }
+int rkomp_map_maybe(const void *ptr)
+{
+    return (__atomic_load_n(&regions.bits, __ATOMIC_ACQUIRE) & region_bit(ptr)) != 0;
+}

@@ -236,6 +236,7 @@ typedef struct rkomp_block {
     void *base;               /* over-allocated for its alignment: what rankmem gave, else NULL */
     size_t base_bytes;        /* and its size (its alignment is RANKMEM_DEFAULT_ALIGNMENT) */
     int ent;                  /* resource entry counting it, or RKOMP_ENT_NONE / _OWN */
+    unsigned hash;            /* the map's hash of ptr (low bits: home slot), set by the map */
 } rkomp_block_t;
 
 /* Record b. An entry-counted block (b->ent >= 0, gen from rkomp_ent_pin or
@@ -248,9 +249,10 @@ RKOMP_HIDDEN int rkomp_map_insert(rkomp_block_t *b, unsigned gen);
 RKOMP_HIDDEN int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p);
 RKOMP_HIDDEN int rkomp_map_get(const void *ptr, rkomp_block_t *b_p);
 RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
-/* Nonzero once any block was ever inserted: lets programs that never use our
- * allocators free without a lookup. */
-RKOMP_HIDDEN int rkomp_map_used(void);
+/* Zero when ptr cannot be ours: no block of ours was ever inserted in its
+ * 1 GiB region (hashed to one bit of a sticky, read-mostly word). Lets
+ * omp_free of the runtime's blocks skip the map with one load. */
+RKOMP_HIDDEN int rkomp_map_maybe(const void *ptr);
 
 /* A new ACTIVE entry for mr (an allocator's own chain), holding one
  * reference of its own, or -1 when all RKOMP_NENT are in use. */
