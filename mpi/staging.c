@@ -4,21 +4,20 @@
  * The calls themselves are in staging_p2p.c and staging_coll.c; the
  * protocol is described in docs/staging.md.
  *
- * Detection. A buffer is asked about once per 2 MiB granule of address
- * space: the driver's cuPointerGetAttributes (dlopen'ed libcuda.so.1, so the
- * plugin needs no driver at link time; the call creates no context), and
- * the answer (host or device) goes into a table of atomic words that the
- * fast path reads without a lock. Why granules rather than allocation
- * ranges: plain host memory has no range to ask about, and the host answer
- * is the one the 20 ns budget is about. CUDA places device memory in
- * address ranges reserved in 2 MiB units, so a granule is all host or all
- * device. A cached device answer that has gone stale (memory freed and the
- * address reused for host memory) is harmless: the copy engine copies with
- * cudaMemcpyDefault, which takes host pointers too. A cached host answer
- * that has gone stale (host memory unmapped and the address reused by the
- * driver for device memory) would not be: rankmem's own allocations clear
- * their granules when the plugin's resource hands them out
- * (rk_mpi_staging_forget); other device allocations are documented. */
+ * Detection. A buffer is classified with the driver's cuPointerGetAttributes
+ * (dlopen'ed libcuda.so.1, so the plugin needs no driver at link time; the
+ * call creates no context). Device answers are cached per 2 MiB granule in a
+ * table of atomic words that the fast path reads without a lock (CUDA places
+ * device memory in ranges reserved in 2 MiB units). A cached device answer
+ * that has gone stale (memory freed, the address reused for host memory) is
+ * harmless: the copy engine copies with cudaMemcpyDefault, which takes host
+ * pointers too. Host answers are not cached: host memory that is unmapped
+ * and whose addresses the driver then reuses for device memory would make a
+ * cached host answer send a device pointer to MPI (it happened on the H100
+ * with 4 ranks reallocating buffers). So a host buffer costs one driver
+ * query per call while staging is on; without a GPU, or with staging off,
+ * nothing is asked. rankmem's own allocations clear their granules when the
+ * plugin's resource hands them out (rk_mpi_staging_forget). */
 #define _GNU_SOURCE
 #include "staging_internal.h"
 
@@ -183,6 +182,13 @@ int rk_stg_classify_slow(const void *p)
             mtype == RK_CU_MEMORYTYPE_DEVICE && !managed)
             kind = RK_STG_KIND_DEVICE;
         /* Managed memory is host-accessible: MPI reads it as it is. */
+        /* Only device answers are cached. A host answer goes stale when the
+         * memory is unmapped and the driver later maps device memory at the
+         * same addresses (seen on the H100: MPI then wrote into device
+         * memory); a stale device answer only costs a staged copy, which
+         * cudaMemcpyDefault does for host memory too. */
+        if (kind != RK_STG_KIND_DEVICE)
+            return 0;
     }
     table_put((uint64_t)a >> RK_STG_GRANULE_SHIFT, kind);
     return kind == RK_STG_KIND_DEVICE;
