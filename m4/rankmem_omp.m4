@@ -17,8 +17,8 @@
 #
 # The clang build is skipped when CFLAGS/LDFLAGS ask for a sanitizer: the
 # library would carry $(CC)'s sanitizer runtime, which clang's cannot join.
-# Off in a HIP build (--with-hip): omp/ makes CUDA runtime calls of its own
-# (device memsets and copies), not yet ported to src/gpu_api.h.
+# Built for CUDA and HIP alike: omp/'s own runtime calls (device memsets and
+# copies) go through src/gpu_api.h.
 # Sets rankmem_omp_msg for the configure summary.
 
 AC_DEFUN([RANKMEM_OMP_PLUGIN], [
@@ -36,8 +36,6 @@ RANKMEM_OMP_DL_LIBS=
 
 AS_IF([test "x$enable_omp_plugin" = xno],
         [rankmem_omp_err="--disable-omp-plugin"],
-      [test "x$rankmem_hip" = xyes],
-        [rankmem_omp_err="CUDA-only for now (omp/ calls the CUDA runtime itself; a HIP build)"],
       [test "x$enable_openmp" = xno || test "x$ac_cv_prog_c_openmp" = xunsupported],
         [rankmem_omp_err="no OpenMP in $CC"],
       [test "x$enable_shared" = xno],

@@ -17,7 +17,11 @@
  * with 4 ranks reallocating buffers). So a host buffer costs one driver
  * query per call while staging is on; without a GPU, or with staging off,
  * nothing is asked. rankmem's own allocations clear their granules when the
- * plugin's resource hands them out (rk_mpi_staging_forget). */
+ * plugin's resource hands them out (rk_mpi_staging_forget).
+ *
+ * A HIP build asks the runtime instead (hipPointerGetAttributes, through
+ * rk_gpu_pointer_kind: HIP has no separate driver library to open) and runs
+ * its copies through src/gpu_api.h's names; the caching rules are the same. */
 #define _GNU_SOURCE
 #include "staging_internal.h"
 
@@ -30,8 +34,8 @@
 #include <string.h>
 #include <time.h>
 
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "../src/gpu_api.h" /* CUDA, or HIP through the same names */
 #endif
 
 #if defined(__has_include)
@@ -117,8 +121,17 @@ static cu_attrs_fn cu_attrs;
 #define RK_CU_POINTER_ATTRIBUTE_IS_MANAGED 8
 #define RK_CU_MEMORYTYPE_DEVICE 2
 
+#if HAVE_HIP
+/* Set once the runtime's pointer query may be used (a GPU is visible). */
+static int hip_attrs;
+#endif
+
 static const char *driver_open(void)
 {
+#if HAVE_HIP
+    hip_attrs = 1; /* the runtime is linked; the caller saw a GPU */
+    return NULL;
+#else
     static char why[160];
     void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
     if (!h) {
@@ -138,6 +151,7 @@ static const char *driver_open(void)
     }
     cu_attrs = attrs;
     return NULL;
+#endif
 }
 
 static void table_put(uint64_t key, unsigned kind)
@@ -190,6 +204,16 @@ int rk_stg_classify_slow(const void *p)
         if (kind != RK_STG_KIND_DEVICE)
             return 0;
     }
+#if HAVE_HIP
+    else if (hip_attrs) {
+        /* Managed memory is host-accessible, as above; only device answers
+         * are cached, as above. */
+        if (rk_gpu_pointer_kind(p, NULL) == RK_GPU_PTR_DEVICE)
+            kind = RK_STG_KIND_DEVICE;
+        else
+            return 0;
+    }
+#endif
     table_put((uint64_t)a >> RK_STG_GRANULE_SHIFT, kind);
     return kind == RK_STG_KIND_DEVICE;
 }
@@ -223,7 +247,7 @@ void rk_mpi_staging_forget(const void *ptr, size_t bytes)
 
 /* ---- copies ---- */
 
-#if HAVE_CUDA
+#if HAVE_GPU
 static pthread_mutex_t cu_lock = PTHREAD_MUTEX_INITIALIZER;
 static cudaStream_t streams[2];
 static int streams_ok; /* 0 not yet, 1 made, -1 failed */
@@ -304,7 +328,7 @@ int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
             *ev_p = &fake_event;
         return 0;
     }
-#if HAVE_CUDA
+#if HAVE_GPU
     if (make_streams() != 0)
         return -1;
     /* Streams belong to stg_device: copy with it current (threads other
@@ -333,7 +357,7 @@ int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
     return rc;
 #else
     (void)dst, (void)src, (void)n, (void)dir;
-    rk_mpi_warn("staging: a device copy in a build without CUDA");
+    rk_mpi_warn("staging: a device copy in a build without a GPU runtime");
     return -1;
 #endif
 }
@@ -342,7 +366,7 @@ int rk_stg_event_test(void *ev)
 {
     if (!ev || ev == &fake_event)
         return 1;
-#if HAVE_CUDA
+#if HAVE_GPU
     cudaError_t err = cudaEventQuery((cudaEvent_t)ev);
     if (err == cudaSuccess)
         return 1;
@@ -360,7 +384,7 @@ int rk_stg_event_wait(void *ev)
 {
     if (!ev || ev == &fake_event)
         return 0;
-#if HAVE_CUDA
+#if HAVE_GPU
     cudaError_t err = cudaEventSynchronize((cudaEvent_t)ev);
     return err == cudaSuccess ? 0 : cu_fail("cudaEventSynchronize", err);
 #else
@@ -372,7 +396,7 @@ void rk_stg_event_put(void *ev)
 {
     if (!ev || ev == &fake_event)
         return;
-#if HAVE_CUDA
+#if HAVE_GPU
     pthread_mutex_lock(&cu_lock);
     if (nev_free < EV_CACHE) {
         ev_free[nev_free++] = (cudaEvent_t)ev;
@@ -416,7 +440,7 @@ static void *pinned_alloc(size_t bytes)
 {
     if (fake)
         return aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
-#if HAVE_CUDA
+#if HAVE_GPU
     void *p = NULL;
     int prev = -1;
     if (stg_device >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != stg_device)
@@ -445,7 +469,7 @@ static void pinned_free(void *p)
         free(p);
         return;
     }
-#if HAVE_CUDA
+#if HAVE_GPU
     cudaFreeHost(p);
     (void)cudaGetLastError();
 #endif
@@ -626,6 +650,26 @@ static int size_option(const char *name, size_t lo, size_t hi, size_t *out, char
 }
 
 /* Does the MPI library take device pointers itself? */
+#if HAVE_HIP
+#define RK_STG_AWARE "ROCm-aware"
+static int mpi_cuda_aware(const char **how)
+{
+#if defined(OMPI_HAVE_MPI_EXT_ROCM) && OMPI_HAVE_MPI_EXT_ROCM
+    *how = "MPIX_Query_rocm_support";
+    return MPIX_Query_rocm_support() == 1;
+#elif defined(MPICH_NUMVERSION) && defined(MPIX_GPU_SUPPORT_HIP)
+    int yes = 0;
+    *how = "MPIX_GPU_query_support";
+    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_HIP, &yes) != MPI_SUCCESS)
+        return 0;
+    return yes != 0;
+#else
+    *how = "no query in this MPI: assumed not ROCm-aware";
+    return 0;
+#endif
+}
+#else
+#define RK_STG_AWARE "CUDA-aware"
 static int mpi_cuda_aware(const char **how)
 {
 #if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
@@ -642,6 +686,7 @@ static int mpi_cuda_aware(const char **how)
     return 0;
 #endif
 }
+#endif
 
 void rk_mpi_staging_init(void)
 {
@@ -688,9 +733,9 @@ void rk_mpi_staging_init(void)
     int on = want && !why[0] && !absent;
     if (on && !fake) {
         stg_device = rk_mpi_gpu_current();
-#if !HAVE_CUDA
+#if !HAVE_GPU
         on = 0;
-        absent = "a build without CUDA";
+        absent = "a build without CUDA or HIP";
 #endif
     }
 
@@ -733,7 +778,7 @@ void rk_mpi_staging_init(void)
             ub && *ub > 0)
             tag_ub = *ub;
     }
-    rk_mpi_verbose("staging: %s (RANKMEM_STAGING=%s; MPI %sCUDA-aware by %s%s%s); %d of the "
+    rk_mpi_verbose("staging: %s (RANKMEM_STAGING=%s; MPI %s" RK_STG_AWARE " by %s%s%s); %d of the "
                    "job's ranks stage; pool %zu MiB in chunks of %zu KiB",
                    on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off",
                    aware ? "" : "not ", how, absent ? "; " : "", absent ? absent : "", all[0],

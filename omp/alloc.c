@@ -17,8 +17,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#if HAVE_CUDA
-#include <cuda_runtime_api.h>
+#if HAVE_GPU
+#include "../src/gpu_api.h" /* CUDA, or HIP through the same names */
 #endif
 
 #define RKOMP_MAX_FB_DEPTH 8
@@ -27,13 +27,13 @@
 
 #define gpu_count rkomp_gpu_count
 
-#if HAVE_CUDA
+#if HAVE_GPU
 /* Make dev current (when it is a device other than the current one);
  * returns the device to restore, or -1 for nothing to restore. */
 static int enter_device(int dev)
 {
     int cur;
-    /* With one visible device it is always the current one: no CUDA call
+    /* With one visible device it is always the current one: no runtime call
      * (this is on every omp_free of device memory). */
     if (dev < 0 || gpu_count() == 1 || cudaGetDevice(&cur) != cudaSuccess || cur == dev)
         return -1;
@@ -59,7 +59,7 @@ static int zero_fill(rankmem_resource_t *mr, void *p, size_t n)
         memset(p, 0, n);
         return 0;
     }
-#if HAVE_CUDA
+#if HAVE_GPU
     int prev = enter_device(mr->device);
     cudaError_t err = cudaMemset(p, 0, n);
     if (err == cudaSuccess)
@@ -76,7 +76,7 @@ static int zero_fill(rankmem_resource_t *mr, void *p, size_t n)
 }
 
 /* Whether the CPU may touch p: ours by its resource; a runtime's block is
- * host memory unless a GPU exists (then unknown: let CUDA decide). */
+ * host memory unless a GPU exists (then unknown: let the runtime decide). */
 static int ptr_host_accessible(const void *p)
 {
     rkomp_block_t b;
@@ -98,7 +98,7 @@ static int copy_bytes(void *dst, const void *src, size_t n)
         memcpy(dst, src, n);
         return 0;
     }
-#if HAVE_CUDA
+#if HAVE_GPU
     cudaError_t err = cudaMemcpy(dst, src, n, cudaMemcpyDefault);
     if (err == cudaSuccess)
         err = cudaStreamSynchronize(0);
@@ -116,7 +116,7 @@ static int copy_bytes(void *dst, const void *src, size_t n)
  * resource for it (which may let the resource go: nothing touches it after). */
 static void release_block(const rkomp_block_t *b)
 {
-#if HAVE_CUDA
+#if HAVE_GPU
     int prev = -1;
     if (gpu_count() && (b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE)) {
         prev = enter_device(b->mr->device);
@@ -127,7 +127,7 @@ static void release_block(const rkomp_block_t *b)
     rankmem_status_t st =
         b->base ? rankmem_deallocate(b->mr, b->base, b->base_bytes, RANKMEM_DEFAULT_ALIGNMENT)
                 : rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
-#if HAVE_CUDA
+#if HAVE_GPU
     leave_device(prev);
 #endif
     if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))

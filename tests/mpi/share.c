@@ -20,6 +20,7 @@
 
 #define N (1u << 20) /* 4 MiB of uint32_t */
 
+#if HAVE_GPU /* the patterns are only needed where device memory is shared */
 static int all_equal(const uint32_t *h, size_t n, uint32_t base)
 {
     for (size_t i = 0; i < n; i++)
@@ -33,6 +34,7 @@ static void fill(uint32_t *h, size_t n, uint32_t base)
     for (size_t i = 0; i < n; i++)
         h[i] = base + (uint32_t)i;
 }
+#endif
 
 static void bad_inputs(int rank)
 {
