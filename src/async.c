@@ -24,6 +24,9 @@ rankmem_status_t rankmem_async_params_default(rankmem_async_params_t *params_p)
         .initial_pool_size = 0,
         .release_threshold = SIZE_MAX,
         .handle_type = RANKMEM_HANDLE_NONE,
+        .reuse_follow_event_dependencies = -1,
+        .reuse_allow_opportunistic = -1,
+        .reuse_allow_internal_dependencies = -1,
     };
     return RANKMEM_SUCCESS;
 }
@@ -43,6 +46,17 @@ static rankmem_status_t check_params(const rankmem_async_params_t *params)
     if (!params->use_default_pool && (params->handle_type & ~KNOWN_HANDLES))
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
                         "rankmem_async_create: unknown handle_type 0x%x", params->handle_type);
+    const int reuse[3] = {params->reuse_follow_event_dependencies,
+                          params->reuse_allow_opportunistic,
+                          params->reuse_allow_internal_dependencies};
+    static const char *const reuse_name[3] = {"reuse_follow_event_dependencies",
+                                              "reuse_allow_opportunistic",
+                                              "reuse_allow_internal_dependencies"};
+    for (int i = 0; i < 3; i++)
+        if (reuse[i] < -1 || reuse[i] > 1)
+            return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                            "rankmem_async_create: %s is %d; -1 (runtime default), 0 or 1",
+                            reuse_name[i], reuse[i]);
     return RANKMEM_SUCCESS;
 }
 
@@ -257,6 +271,24 @@ static rankmem_status_t create_pool(int dev, const rankmem_async_params_t *param
     uint64_t threshold =
         params->release_threshold == SIZE_MAX ? UINT64_MAX : (uint64_t)params->release_threshold;
     err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    const struct {
+        int value;
+        enum cudaMemPoolAttr attr;
+        const char *what;
+    } reuse[3] = {
+        {params->reuse_follow_event_dependencies, cudaMemPoolReuseFollowEventDependencies,
+         "rankmem_async_create: cudaMemPoolSetAttribute(ReuseFollowEventDependencies)"},
+        {params->reuse_allow_opportunistic, cudaMemPoolReuseAllowOpportunistic,
+         "rankmem_async_create: cudaMemPoolSetAttribute(ReuseAllowOpportunistic)"},
+        {params->reuse_allow_internal_dependencies, cudaMemPoolReuseAllowInternalDependencies,
+         "rankmem_async_create: cudaMemPoolSetAttribute(ReuseAllowInternalDependencies)"},
+    };
+    for (int i = 0; i < 3 && err == cudaSuccess; i++)
+        if (reuse[i].value >= 0) {
+            int v = reuse[i].value;
+            what = reuse[i].what;
+            err = cudaMemPoolSetAttribute(pool, reuse[i].attr, &v);
+        }
     if (err == cudaSuccess && params->initial_pool_size) {
         /* Reserve the initial size by allocating and freeing it once: the pool
          * keeps it as long as the release threshold allows. */

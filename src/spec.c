@@ -34,7 +34,7 @@
 #endif
 
 #define MAX_NODES 64 /* no sane chain is longer; bounds the work per spec */
-#define MAX_OPTS 4
+#define MAX_OPTS 8
 
 typedef enum { V_SIZE, V_BOOL, V_ENUM, V_STRING } vtype_t;
 
@@ -141,6 +141,12 @@ static rankmem_status_t build_async(const spec_node_t *n, rankmem_resource_t *up
         prm.release_threshold = v->size;
     if ((v = val(n, "export"))->set)
         prm.handle_type = export_types[v->num];
+    if ((v = val(n, "reuse_events"))->set)
+        prm.reuse_follow_event_dependencies = v->num;
+    if ((v = val(n, "reuse_opportunistic"))->set)
+        prm.reuse_allow_opportunistic = v->num;
+    if ((v = val(n, "reuse_internal"))->set)
+        prm.reuse_allow_internal_dependencies = v->num;
     return rankmem_async_create(&prm, mr_p);
 }
 
@@ -317,7 +323,10 @@ static const spec_kind_t kinds[] = {
      {{"default", V_BOOL, 0, "0", NULL},
       {"initial", V_SIZE, 0, "0", NULL},
       {"release", V_SIZE, 0, "unbounded", NULL},
-      {"export", V_ENUM, 0, "none", "none|posix_fd|fabric|posix_fd+fabric"}},
+      {"export", V_ENUM, 0, "none", "none|posix_fd|fabric|posix_fd+fabric"},
+      {"reuse_events", V_BOOL, 0, "(runtime default)", NULL},
+      {"reuse_opportunistic", V_BOOL, 0, "(runtime default)", NULL},
+      {"reuse_internal", V_BOOL, 0, "(runtime default)", NULL}},
      check_async, build_async},
     {"async_view", NOT_FROM_SPEC, 1,
      "it wraps an existing cudaMemPool_t handle (use rankmem_async_view_create)", {{0}}, NULL,
@@ -327,7 +336,7 @@ static const spec_kind_t kinds[] = {
     {"pool", WRAPPER, 0, NULL,
      {{"initial", V_SIZE, 0, "0", NULL},
       {"max", V_SIZE, 0, "unbounded", NULL},
-      {"growth", V_SIZE, 0, "0 (an eighth of what is held)", NULL}},
+      {"growth", V_SIZE, 0, "0 (a sixteenth of what is held)", NULL}},
      check_pool, build_pool},
     {"stats", WRAPPER, 0, NULL, {{0}}, NULL, build_stats},
     {"tracking", WRAPPER, 0, NULL, {{"backtraces", V_BOOL, 0, "0", NULL}}, NULL, build_tracking},
@@ -446,7 +455,7 @@ static rankmem_status_t parse_options(parser_t *p, spec_node_t *node)
 {
     const spec_kind_t *k = node->kind;
     size_t open = p->i + 1;
-    char f[300], q[256], s[80];
+    char f[300], q[256], s[200];
     p->i++; /* '(' */
     skip_ws(p);
     if (p->i < p->n && p->s[p->i] == ')') {

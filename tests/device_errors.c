@@ -43,6 +43,17 @@ int main(void)
     bad = prm;
     bad.handle_type = 0x40;
     is_status(rankmem_async_create(&bad, &mr), RANKMEM_ERR_INVALID_ARGUMENT, "async: unknown handle type");
+    ok(prm.reuse_follow_event_dependencies == -1 && prm.reuse_allow_opportunistic == -1 &&
+           prm.reuse_allow_internal_dependencies == -1,
+       "defaults: the runtime's reuse policies");
+    bad = prm;
+    bad.reuse_allow_opportunistic = 2;
+    is_status(rankmem_async_create(&bad, &mr), RANKMEM_ERR_INVALID_ARGUMENT, "async: reuse policy 2");
+    ok(strstr(rankmem_last_error(), "reuse_allow_opportunistic") != NULL,
+       "the message names the policy: %s", rankmem_last_error());
+    bad = prm;
+    bad.reuse_follow_event_dependencies = -2;
+    is_status(rankmem_async_create(&bad, &mr), RANKMEM_ERR_INVALID_ARGUMENT, "async: reuse policy -2");
     is_status(rankmem_async_view_create(NULL, &mr), RANKMEM_ERR_INVALID_ARGUMENT, "async_view: NULL pool");
     rankmem_mempool_t h;
     is_status(rankmem_async_pool_handle(NULL, &h), RANKMEM_ERR_INVALID_ARGUMENT, "async_pool_handle: NULL resource");

@@ -278,6 +278,29 @@ static void test_async_new_pool(rankmem_resource_t *a0, rankmem_resource_t *cuda
     if (a0)
         rankmem_async_pool_handle(a0, &h0);
     ok(h1 && h1 != h0, "async(new) has its own pool");
+    {
+        /* Reuse policies: the runtime's defaults kept (-1), or set. */
+        rankmem_async_params_t rp;
+        rankmem_async_params_default(&rp);
+        rp.reuse_follow_event_dependencies = 0;
+        rp.reuse_allow_opportunistic = 0;
+        rp.reuse_allow_internal_dependencies = 1;
+        rankmem_resource_t *ar = NULL;
+        st = rankmem_async_create(&rp, &ar);
+        is_status(st, RANKMEM_SUCCESS, "async_create with reuse policies 0, 0, 1");
+        if (st == RANKMEM_SUCCESS) {
+            rankmem_mempool_t hp = NULL;
+            rankmem_async_pool_handle(ar, &hp);
+            int fe = -1, op = -1, in = -1;
+            cudaMemPoolGetAttribute((cudaMemPool_t)hp, cudaMemPoolReuseFollowEventDependencies, &fe);
+            cudaMemPoolGetAttribute((cudaMemPool_t)hp, cudaMemPoolReuseAllowOpportunistic, &op);
+            cudaMemPoolGetAttribute((cudaMemPool_t)hp, cudaMemPoolReuseAllowInternalDependencies,
+                                    &in);
+            ok(fe == 0 && op == 0 && in == 1, "the pool's reuse policies are set (%d, %d, %d)", fe,
+               op, in);
+            rankmem_resource_release(ar);
+        }
+    }
 
     test_resource(a1, "async", RANKMEM_PROP_DEVICE_ACCESSIBLE | RANKMEM_PROP_STREAM_ORDERED);
 

@@ -81,7 +81,7 @@ static const struct {
      "at 12: unknown option 'intial' for pool (did you mean 'initial'?)"},
     {"pool(maximum=1GiB)>system", RANKMEM_ERR_CONFIG, "at 6: unknown option 'maximum' for pool (it takes initial, max or growth)"},
     {"async(pool=1)", RANKMEM_ERR_CONFIG,
-     "at 7: unknown option 'pool' for async (it takes default, initial, release or export)"},
+     "at 7: unknown option 'pool' for async (it takes default, initial, release, export, reuse_events, reuse_opportunistic or reuse_internal)"},
     {"system(x=1)", RANKMEM_ERR_CONFIG,
      "at 8: unknown option 'x' for system (system takes no options)"},
     {"stats>pool", RANKMEM_ERR_CONFIG, "at 7: 'pool' needs an upstream after it (e.g. pool>cuda)"},

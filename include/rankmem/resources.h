@@ -38,10 +38,15 @@ typedef struct rankmem_async_params {
     size_t initial_pool_size; /* bytes reserved at creation (allocated and freed once) */
     size_t release_threshold; /* bytes the pool keeps at synchronisation; SIZE_MAX = all */
     int handle_type;          /* RANKMEM_HANDLE_* */
+    /* The pool's reuse policies (cudaMemPoolReuse* / hipMemPoolReuse*): -1 keeps the
+     * runtime's default, 0 turns it off, 1 on. New pools only. */
+    int reuse_follow_event_dependencies; /* reuse memory freed on a stream another waits on */
+    int reuse_allow_opportunistic;       /* reuse memory whose free has completed anywhere */
+    int reuse_allow_internal_dependencies; /* reuse by inserting stream waits */
 } rankmem_async_params_t;
 
 /* Default params: a new pool, no initial size, release threshold SIZE_MAX,
- * no export handle. */
+ * no export handle, the runtime's reuse policies (-1). */
 RANKMEM_API rankmem_status_t rankmem_async_params_default(rankmem_async_params_t *params_p);
 
 /* cudaMallocAsync / cudaFreeAsync. params NULL: the device's default pool.
