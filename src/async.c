@@ -111,8 +111,8 @@ static rankmem_status_t async_deallocate(rankmem_resource_t *mr, void *ptr, size
     return RANKMEM_SUCCESS;
 }
 
-static rankmem_status_t async_query(rankmem_resource_t *mr, rankmem_query_t what,
-                                    size_t *value_p)
+rankmem_status_t rk_mempool_query(void *pool, const char *name, rankmem_query_t what,
+                                  size_t *value_p)
 {
     enum cudaMemPoolAttr attr;
     switch (what) {
@@ -129,23 +129,40 @@ static rankmem_status_t async_query(rankmem_resource_t *mr, rankmem_query_t what
         attr = cudaMemPoolAttrUsedMemHigh;
         break;
     default:
-        return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "%s: query %d is not supported",
-                        mr->ops->name, (int)what);
+        return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "%s: query %d is not supported", name,
+                        (int)what);
     }
     uint64_t v; /* these attributes are cuuint64_t */
-    cudaError_t err = cudaMemPoolGetAttribute(((rk_async_t *)mr)->pool, attr, &v);
-    if (err != cudaSuccess)
-        return rk_cuda_error(err, "async: cudaMemPoolGetAttribute", 0);
+    cudaError_t err = cudaMemPoolGetAttribute((cudaMemPool_t)pool, attr, &v);
+    if (err != cudaSuccess) {
+        char what_s[96];
+        snprintf(what_s, sizeof what_s, "%s: cudaMemPoolGetAttribute", name);
+        return rk_cuda_error(err, what_s, 0);
+    }
     *value_p = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
     return RANKMEM_SUCCESS;
 }
 
+rankmem_status_t rk_mempool_trim(void *pool, const char *name, size_t keep_bytes)
+{
+    cudaError_t err = cudaMemPoolTrimTo((cudaMemPool_t)pool, keep_bytes);
+    if (err != cudaSuccess) {
+        char what_s[96];
+        snprintf(what_s, sizeof what_s, "%s: cudaMemPoolTrimTo", name);
+        return rk_cuda_error(err, what_s, keep_bytes);
+    }
+    return RANKMEM_SUCCESS;
+}
+
+static rankmem_status_t async_query(rankmem_resource_t *mr, rankmem_query_t what,
+                                    size_t *value_p)
+{
+    return rk_mempool_query(((rk_async_t *)mr)->pool, mr->ops->name, what, value_p);
+}
+
 static rankmem_status_t async_trim(rankmem_resource_t *mr, size_t keep_bytes)
 {
-    cudaError_t err = cudaMemPoolTrimTo(((rk_async_t *)mr)->pool, keep_bytes);
-    if (err != cudaSuccess)
-        return rk_cuda_error(err, "async: cudaMemPoolTrimTo", keep_bytes);
-    return RANKMEM_SUCCESS;
+    return rk_mempool_trim(((rk_async_t *)mr)->pool, mr->ops->name, keep_bytes);
 }
 
 /* Memory from one pool may be freed through any resource over that pool. */
@@ -234,6 +251,42 @@ static rankmem_status_t wrap_pool(const rankmem_resource_ops_t *ops, cudaMemPool
     return RANKMEM_SUCCESS;
 }
 
+rankmem_status_t rk_mempool_setup(void *pool_v, const char *fn, size_t release_threshold,
+                                  size_t initial_size)
+{
+    cudaMemPool_t pool = (cudaMemPool_t)pool_v;
+    const char *step = "cudaMemPoolSetAttribute(ReleaseThreshold)";
+    size_t step_bytes = release_threshold;
+    /* The pool gives memory back to the OS above this at every synchronisation. */
+    uint64_t threshold = release_threshold == SIZE_MAX ? UINT64_MAX : (uint64_t)release_threshold;
+    cudaError_t err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
+    if (err == cudaSuccess && initial_size) {
+        /* Reserve the initial size by allocating and freeing it once: the pool
+         * keeps it as long as the release threshold allows. */
+        void *p;
+        step = "initial pool size: cudaMallocFromPoolAsync";
+        step_bytes = initial_size;
+        err = cudaMallocFromPoolAsync(&p, initial_size, pool, 0);
+        if (err == cudaSuccess) {
+            step = "initial pool size: cudaFreeAsync";
+            err = cudaFreeAsync(p, 0);
+            if (err == cudaSuccess) {
+                step = "initial pool size: cudaStreamSynchronize";
+                err = cudaStreamSynchronize(0);
+            }
+        }
+    }
+    if (err != cudaSuccess) {
+        char what[160];
+        snprintf(what, sizeof what, "%s: %s", fn, step);
+        rankmem_status_t st = rk_cuda_error(err, what, step_bytes);
+        (void)cudaMemPoolDestroy(pool);
+        (void)cudaGetLastError();
+        return st;
+    }
+    return RANKMEM_SUCCESS;
+}
+
 /* A new pool on device dev, set up as params say; destroyed again on failure. */
 static rankmem_status_t create_pool(int dev, const rankmem_async_params_t *params,
                                     cudaMemPool_t *pool_p)
@@ -265,12 +318,6 @@ static rankmem_status_t create_pool(int dev, const rankmem_async_params_t *param
     if (err != cudaSuccess)
         return rk_cuda_error(err, "rankmem_async_create: cudaMemPoolCreate", 0);
 
-    const char *what = "rankmem_async_create: cudaMemPoolSetAttribute(ReleaseThreshold)";
-    size_t what_bytes = params->release_threshold;
-    /* The pool gives memory back to the OS above this at every synchronisation. */
-    uint64_t threshold =
-        params->release_threshold == SIZE_MAX ? UINT64_MAX : (uint64_t)params->release_threshold;
-    err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
     const struct {
         int value;
         enum cudaMemPoolAttr attr;
@@ -283,34 +330,21 @@ static rankmem_status_t create_pool(int dev, const rankmem_async_params_t *param
         {params->reuse_allow_internal_dependencies, cudaMemPoolReuseAllowInternalDependencies,
          "rankmem_async_create: cudaMemPoolSetAttribute(ReuseAllowInternalDependencies)"},
     };
-    for (int i = 0; i < 3 && err == cudaSuccess; i++)
+    for (int i = 0; i < 3; i++)
         if (reuse[i].value >= 0) {
             int v = reuse[i].value;
-            what = reuse[i].what;
             err = cudaMemPoolSetAttribute(pool, reuse[i].attr, &v);
-        }
-    if (err == cudaSuccess && params->initial_pool_size) {
-        /* Reserve the initial size by allocating and freeing it once: the pool
-         * keeps it as long as the release threshold allows. */
-        void *p;
-        what = "rankmem_async_create: initial pool size: cudaMallocFromPoolAsync";
-        what_bytes = params->initial_pool_size;
-        err = cudaMallocFromPoolAsync(&p, params->initial_pool_size, pool, 0);
-        if (err == cudaSuccess) {
-            what = "rankmem_async_create: initial pool size: cudaFreeAsync";
-            err = cudaFreeAsync(p, 0);
-            if (err == cudaSuccess) {
-                what = "rankmem_async_create: initial pool size: cudaStreamSynchronize";
-                err = cudaStreamSynchronize(0);
+            if (err != cudaSuccess) {
+                rankmem_status_t st = rk_cuda_error(err, reuse[i].what, 0);
+                (void)cudaMemPoolDestroy(pool);
+                (void)cudaGetLastError();
+                return st;
             }
         }
-    }
-    if (err != cudaSuccess) {
-        rankmem_status_t st = rk_cuda_error(err, what, what_bytes);
-        (void)cudaMemPoolDestroy(pool);
-        (void)cudaGetLastError();
+    rankmem_status_t st = rk_mempool_setup(pool, "rankmem_async_create",
+                                           params->release_threshold, params->initial_pool_size);
+    if (st != RANKMEM_SUCCESS)
         return st;
-    }
     *pool_p = pool;
     return RANKMEM_SUCCESS;
 }

@@ -103,40 +103,15 @@ static rankmem_status_t am_deallocate(rankmem_resource_t *mr, void *ptr, size_t 
     return RANKMEM_SUCCESS;
 }
 
+/* Queries and trim are the stream-ordered pool's (async.c). */
 static rankmem_status_t am_query(rankmem_resource_t *mr, rankmem_query_t what, size_t *value_p)
 {
-    enum cudaMemPoolAttr attr;
-    switch (what) {
-    case RANKMEM_QUERY_RESERVED_CURRENT:
-        attr = cudaMemPoolAttrReservedMemCurrent;
-        break;
-    case RANKMEM_QUERY_RESERVED_HIGH:
-        attr = cudaMemPoolAttrReservedMemHigh;
-        break;
-    case RANKMEM_QUERY_USED_CURRENT:
-        attr = cudaMemPoolAttrUsedMemCurrent;
-        break;
-    case RANKMEM_QUERY_USED_HIGH:
-        attr = cudaMemPoolAttrUsedMemHigh;
-        break;
-    default:
-        return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "async_managed: query %d is not supported",
-                        (int)what);
-    }
-    uint64_t v; /* these attributes are cuuint64_t */
-    cudaError_t err = cudaMemPoolGetAttribute(((rk_am_t *)mr)->pool, attr, &v);
-    if (err != cudaSuccess)
-        return rk_cuda_error(err, "async_managed: cudaMemPoolGetAttribute", 0);
-    *value_p = v > SIZE_MAX ? SIZE_MAX : (size_t)v;
-    return RANKMEM_SUCCESS;
+    return rk_mempool_query(((rk_am_t *)mr)->pool, "async_managed", what, value_p);
 }
 
 static rankmem_status_t am_trim(rankmem_resource_t *mr, size_t keep_bytes)
 {
-    cudaError_t err = cudaMemPoolTrimTo(((rk_am_t *)mr)->pool, keep_bytes);
-    if (err != cudaSuccess)
-        return rk_cuda_error(err, "async_managed: cudaMemPoolTrimTo", keep_bytes);
-    return RANKMEM_SUCCESS;
+    return rk_mempool_trim(((rk_am_t *)mr)->pool, "async_managed", keep_bytes);
 }
 
 /* Each resource owns its pool, so only resources over the same pool (that
@@ -265,33 +240,10 @@ static rankmem_status_t create_pool(int dev, const rankmem_async_managed_params_
                         cudaGetErrorName(err), (int)err);
     }
 
-    const char *what = "rankmem_async_managed_create: cudaMemPoolSetAttribute(ReleaseThreshold)";
-    size_t what_bytes = params->release_threshold;
-    uint64_t threshold =
-        params->release_threshold == SIZE_MAX ? UINT64_MAX : (uint64_t)params->release_threshold;
-    err = cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold);
-    if (err == cudaSuccess && params->initial_pool_size) {
-        /* Reserve by allocating and freeing once: the pool keeps what the
-         * release threshold allows. */
-        void *p;
-        what = "rankmem_async_managed_create: initial pool size: cudaMallocFromPoolAsync";
-        what_bytes = params->initial_pool_size;
-        err = cudaMallocFromPoolAsync(&p, params->initial_pool_size, pool, 0);
-        if (err == cudaSuccess) {
-            what = "rankmem_async_managed_create: initial pool size: cudaFreeAsync";
-            err = cudaFreeAsync(p, 0);
-            if (err == cudaSuccess) {
-                what = "rankmem_async_managed_create: initial pool size: cudaStreamSynchronize";
-                err = cudaStreamSynchronize(0);
-            }
-        }
-    }
-    if (err != cudaSuccess) {
-        rankmem_status_t st = rk_cuda_error(err, what, what_bytes);
-        (void)cudaMemPoolDestroy(pool);
-        (void)cudaGetLastError();
+    rankmem_status_t st = rk_mempool_setup(pool, "rankmem_async_managed_create",
+                                           params->release_threshold, params->initial_pool_size);
+    if (st != RANKMEM_SUCCESS)
         return st;
-    }
     *pool_p = pool;
     return RANKMEM_SUCCESS;
 }

@@ -59,6 +59,16 @@ RK_HIDDEN rankmem_status_t rk_cuda_error(int cuda_err, const char *what, size_t 
  * async_view) when mr is an async or async_view resource; 0 otherwise. */
 RK_HIDDEN int rk_async_pool_of(const rankmem_resource_t *mr, void **pool_p, int *handle_types_p);
 
+/* Stream-ordered pools (async.c, GPU builds), shared with async_managed.c;
+ * pool is a cudaMemPool_t, name prefixes error messages. */
+RK_HIDDEN rankmem_status_t rk_mempool_query(void *pool, const char *name, rankmem_query_t what,
+                                            size_t *value_p);
+RK_HIDDEN rankmem_status_t rk_mempool_trim(void *pool, const char *name, size_t keep_bytes);
+/* A new pool's release threshold (SIZE_MAX: keep all) and initial
+ * reservation (0: none); on failure the pool is destroyed. */
+RK_HIDDEN rankmem_status_t rk_mempool_setup(void *pool, const char *fn, size_t release_threshold,
+                                            size_t initial_size);
+
 /* The process-wide host resource (system), created once; borrowed pointer. */
 RK_HIDDEN rankmem_resource_t *rk_host_resource(void);
 
