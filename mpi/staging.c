@@ -49,6 +49,8 @@
 int rk_stg_active;
 int rk_stg_on;
 atomic_long rk_stg_pending;
+atomic_long rk_stg_rings;
+int rk_stg_hooked;
 atomic_long rk_stg_nreq;
 _Atomic uint64_t rk_stg_table[1u << RK_STG_TABLE_BITS];
 _Atomic uint64_t rk_stg_gen;
@@ -410,6 +412,28 @@ void rk_stg_event_put(void *ev)
 
 int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir)
 {
+#if HAVE_GPU
+    if (!fake) {
+        /* Wait on the stream itself: no event to take, record and give back
+         * (a small message's latency is two of these copies). */
+        if (make_streams() != 0)
+            return -1;
+        int prev = -1;
+        if (stg_device >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != stg_device)
+            cudaSetDevice(stg_device);
+        else
+            prev = -1;
+        cudaError_t err = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, streams[dir])
+                            : cudaSuccess;
+        if (err == cudaSuccess)
+            err = cudaStreamSynchronize(streams[dir]);
+        if (prev >= 0)
+            cudaSetDevice(prev);
+        if (err != cudaSuccess)
+            return cu_fail(dir == RK_STG_D2H ? "device-to-host copy" : "host-to-device copy", err);
+        return 0;
+    }
+#endif
     void *ev = NULL;
     if (rk_stg_copy(dst, src, n, dir, &ev) != 0)
         return -1;
@@ -618,6 +642,8 @@ void rk_stg_buf_put(rk_stg_buf_t *b)
 /* ---- init ---- */
 
 /* An option's value: librankmem's table when it knows it, else the environment. */
+static void progress_hook(int on);
+
 static const char *option(const char *name)
 {
     const char *v = NULL;
@@ -773,6 +799,7 @@ void rk_mpi_staging_init(void)
             return;
         }
         PMPI_Comm_set_name(wcomm, "rankmem-staging");
+        progress_hook(1);
         int *ub = NULL, flag = 0;
         if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag &&
             ub && *ub > 0)
@@ -785,11 +812,44 @@ void rk_mpi_staging_init(void)
                    pool_bytes >> 20, chunk_bytes >> 10);
 }
 
+/* Open MPI's progress engine takes callbacks (opal_progress_register, in
+ * libopen-pal, found at run time: nothing to link): with ours there, ring
+ * requests advance inside every MPI call that progresses, including blocking
+ * calls the plugin does not cover. Other MPI libraries: no ring. */
+typedef int (*opal_cb_t)(void);
+static int opal_cb(void)
+{
+    if (atomic_load_explicit(&rk_stg_rings, memory_order_relaxed) == 0)
+        return 0;
+    return rk_stg_ring_poll();
+}
+
+static void progress_hook(int on)
+{
+    typedef int (*reg_fn)(opal_cb_t);
+    if (on) {
+        const char *v = option("RANKMEM_STAGING_RING");
+        if (v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no") || !strcmp(v, "false")))
+            return;
+        reg_fn reg = (reg_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "opal_progress_register");
+        if (reg && reg(opal_cb) == 0)
+            rk_stg_hooked = 1;
+        rk_mpi_verbose("staging: %s", rk_stg_hooked ? "ring mode (in Open MPI's progress engine)"
+                                                    : "no ring mode (no progress hook)");
+    } else if (rk_stg_hooked) {
+        reg_fn unreg = (reg_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "opal_progress_unregister");
+        if (unreg)
+            unreg(opal_cb);
+        rk_stg_hooked = 0;
+    }
+}
+
 void rk_mpi_staging_finalize(void)
 {
     if (!rk_stg_active)
         return;
     rk_stg_p2p_finalize();
+    progress_hook(0);
     pthread_mutex_lock(&pool_lock);
     int busy = 0;
     for (int i = 0; i < nchunks && chunk_used; i++)

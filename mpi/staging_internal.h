@@ -52,6 +52,12 @@ RK_MPI_HIDDEN extern int rk_stg_on;
 RK_MPI_HIDDEN extern atomic_long rk_stg_pending;
 /* Live staged requests (user handles in the table). */
 RK_MPI_HIDDEN extern atomic_long rk_stg_nreq;
+/* Ring requests with work left (staging_p2p.c), and whether MPI's progress
+ * engine calls rk_stg_ring_poll (then nonblocking device messages use the
+ * ring: they advance inside any MPI call, ours or not). */
+RK_MPI_HIDDEN extern atomic_long rk_stg_rings;
+RK_MPI_HIDDEN extern int rk_stg_hooked;
+RK_MPI_HIDDEN int rk_stg_ring_poll(void);
 
 /* ---- device or host (staging.c) ---- */
 

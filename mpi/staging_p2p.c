@@ -54,15 +54,19 @@ static int is_header(const void *p, hdr_t *h)
            h->total > 0;
 }
 
-/* Segment size for a pipelined message: about 8 segments, at least 256
- * KiB (a copy's fixed cost stays small), at most a chunk. */
+/* Segment size for a pipelined message: about 4 segments, at least 1 MiB
+ * and at most a chunk. Below 1 MiB a segment's fixed costs (a rendezvous in
+ * MPI, a copy launch) show: on the H100 machine a ring of 256 KiB segments
+ * moved 4.8 GB/s where 1 to 4 MiB segments moved 7.4 to 8 (docs/staging.md). */
 static size_t seg_size(size_t total)
 {
-    size_t s = (total / 8 + 65535) & ~(size_t)65535;
-    if (s < ((size_t)256 << 10))
-        s = (size_t)256 << 10;
+    size_t s = (total / 4 + 65535) & ~(size_t)65535;
+    if (s < ((size_t)1 << 20))
+        s = (size_t)1 << 20;
     if (s > rk_stg_chunk())
         s = rk_stg_chunk();
+    if (s > total)
+        s = total;
     return s;
 }
 
@@ -210,7 +214,23 @@ typedef struct req {
     int nevs;
     uint64_t t0, ns;
     size_t copied; /* bytes through the copy engine */
+    /* Ring mode (nonblocking pipelined device messages): segment k goes
+     * through slot k % RK_STG_DEPTH, a pinned buffer taken from the pool for
+     * that segment only; the request is in alist while it has work left. */
+    int ring, peer;               /* peer: world rank of the other side */
+    int next_start, next_post;    /* next segment to start (copy / receive), to send */
+    int ndone;                    /* segments finished */
+    int nslots;                   /* slots in use */
+    struct req *anext, *aprev;    /* active ring list */
+    struct {
+        int seg;           /* segment in the slot, -1 when free */
+        int state;         /* R_* */
+        void *ev;          /* its copy's event */
+        MPI_Request rq;    /* its send or receive */
+        rk_stg_buf_t b;    /* its pinned buffer */
+    } slot[RK_STG_DEPTH];
 } req_t;
+enum { R_FREE = 0, R_COPY_IN, R_SEND, R_RECV, R_COPY_OUT };
 
 #define NBUCKETS 256
 static pthread_mutex_t eng = PTHREAD_MUTEX_INITIALIZER;
@@ -273,6 +293,252 @@ static void plist_del(req_t *r)
     atomic_fetch_sub(&rk_stg_pending, 1);
 }
 
+/* ---- ring mode: nonblocking pipelined device messages ----
+ *
+ * A staged MPI_Isend or MPI_Irecv of a large contiguous device buffer moves
+ * its segments through a few pinned slots taken from the pool one segment at
+ * a time, driven by rk_stg_progress (every staged call, and every blocking
+ * call while such a request is active, polls) and by Wait/Test. Few slots in
+ * use at once keep the host memory that MPI copies hot in the CPU's caches:
+ * the same bytes through distinct buffers per message moved 6 GB/s on the
+ * H100 machine, through a reused ring 8. Requests take slots oldest first,
+ * at most RING_BUDGET per direction, except a request holding none when no
+ * slot finished for RING_STALL_NS: its peer may be waiting for it before it
+ * receives the messages that hold the slots. */
+
+#define RING_BUDGET RK_STG_DEPTH
+#define RING_STALL_NS 200000u
+
+static req_t *alist, *alist_tail; /* under eng, oldest first */
+static int ring_inuse[2];         /* slots in use: [0] sends, [1] receives */
+static uint64_t ring_moved[2];    /* when a slot last finished */
+
+static void alist_add(req_t *r)
+{
+    r->anext = NULL;
+    r->aprev = alist_tail;
+    if (alist_tail)
+        alist_tail->anext = r;
+    else
+        alist = r;
+    alist_tail = r;
+    r->ring = 2; /* in the list */
+    atomic_fetch_add(&rk_stg_rings, 1);
+}
+
+static void alist_del(req_t *r)
+{
+    if (r->ring != 2)
+        return;
+    if (r->aprev)
+        r->aprev->anext = r->anext;
+    else
+        alist = r->anext;
+    if (r->anext)
+        r->anext->aprev = r->aprev;
+    else
+        alist_tail = r->aprev;
+    r->anext = r->aprev = NULL;
+    r->ring = 1;
+    atomic_fetch_sub(&rk_stg_rings, 1);
+}
+
+static long ring_msgs; /* messages that went through the ring (verbose) */
+
+static void ring_init(req_t *r, int peer, size_t total, size_t seg)
+{
+    ring_msgs++;
+    r->ring = 1;
+    r->peer = peer;
+    r->total = total;
+    r->seg = seg;
+    r->nseg = (int)((total + seg - 1) / seg);
+    r->next_start = r->next_post = r->ndone = r->nslots = 0;
+    for (int i = 0; i < RK_STG_DEPTH; i++) {
+        r->slot[i].seg = -1;
+        r->slot[i].state = R_FREE;
+        r->slot[i].ev = NULL;
+        r->slot[i].rq = MPI_REQUEST_NULL;
+        memset(&r->slot[i].b, 0, sizeof r->slot[i].b);
+    }
+}
+
+static size_t seg_len(size_t total, size_t seg, int k);
+
+/* Whether r may put segment r->next_start into its slot now. Under eng. */
+static int ring_may_start(req_t *r, int dir)
+{
+    int i = r->next_start % RK_STG_DEPTH;
+    if (r->next_start >= r->nseg || r->slot[i].state != R_FREE || r->err)
+        return 0;
+    if (ring_inuse[dir] < RING_BUDGET)
+        return 1;
+    return r->nslots == 0 && rk_stg_now() - ring_moved[dir] > RING_STALL_NS;
+}
+
+/* Slot i of r has a segment: its buffer. -1 without memory at all. */
+static int ring_take(req_t *r, int i, int dir)
+{
+    if (rk_stg_buf_get(r->seg, 0, &r->slot[i].b) != 0)
+        return -1;
+    r->slot[i].seg = r->next_start++;
+    r->nslots++;
+    ring_inuse[dir]++;
+    return 0;
+}
+
+/* Slot i of r is done with its segment. keep: MPI may still read the
+ * buffer (a cancelled send): do not give it back. */
+static void ring_free(req_t *r, int i, int dir, int keep)
+{
+    rk_stg_event_put(r->slot[i].ev);
+    r->slot[i].ev = NULL;
+    if (!keep)
+        rk_stg_buf_put(&r->slot[i].b);
+    memset(&r->slot[i].b, 0, sizeof r->slot[i].b);
+    r->slot[i].state = R_FREE;
+    r->slot[i].seg = -1;
+    r->slot[i].rq = MPI_REQUEST_NULL;
+    r->nslots--;
+    r->ndone++;
+    ring_inuse[dir]--;
+    ring_moved[dir] = rk_stg_now();
+}
+
+/* Sending: copies into free slots, each segment sent in order once its copy
+ * is done, slots freed as their sends finish. Under eng. */
+static void ring_send_advance(req_t *r)
+{
+    for (int i = 0; i < RK_STG_DEPTH; i++)
+        if (r->slot[i].state == R_SEND) {
+            int f = 0;
+            if (PMPI_Test(&r->slot[i].rq, &f, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                r->err = MPI_ERR_OTHER, f = 1;
+            if (f)
+                ring_free(r, i, 0, 0);
+        }
+    while (r->next_post < r->next_start) {
+        int i = r->next_post % RK_STG_DEPTH;
+        int t = rk_stg_event_test(r->slot[i].ev);
+        if (t == 0)
+            break;
+        if (t < 0)
+            r->err = MPI_ERR_OTHER; /* sent anyway: the receiver waits for it */
+        int k = r->next_post++;
+        if (PMPI_Isend(r->slot[i].b.ptr, (int)seg_len(r->total, r->seg, k), MPI_BYTE, r->peer,
+                       r->hdr.id, rk_stg_comm(), &r->slot[i].rq) != MPI_SUCCESS) {
+            r->err = MPI_ERR_OTHER;
+            ring_free(r, i, 0, 0);
+            continue;
+        }
+        r->slot[i].state = R_SEND;
+    }
+    while (ring_may_start(r, 0)) {
+        int i = r->next_start % RK_STG_DEPTH, k = r->next_start;
+        if (ring_take(r, i, 0) != 0)
+            break;
+        size_t off = (size_t)k * r->seg, n = seg_len(r->total, r->seg, k);
+        if (rk_stg_copy(r->slot[i].b.ptr, (const char *)r->ubuf + off, n, RK_STG_D2H,
+                        &r->slot[i].ev) != 0)
+            r->err = MPI_ERR_OTHER; /* no event: the segment goes as it is */
+        r->copied += n;
+        r->slot[i].state = R_COPY_IN;
+    }
+}
+
+/* Receiving: receives posted into free slots in order, each landed segment
+ * copied to the device, its slot freed when the copy is done. Under eng. */
+static void ring_recv_advance(req_t *r)
+{
+    for (int i = 0; i < RK_STG_DEPTH; i++) {
+        if (r->slot[i].state == R_RECV) {
+            int f = 0;
+            if (PMPI_Test(&r->slot[i].rq, &f, MPI_STATUS_IGNORE) != MPI_SUCCESS)
+                r->err = MPI_ERR_OTHER, f = 1;
+            if (!f)
+                continue;
+            int k = r->slot[i].seg;
+            size_t off = (size_t)k * r->seg, n = seg_len(r->total, r->seg, k);
+            if (rk_stg_copy((char *)r->ubuf + off, r->slot[i].b.ptr, n, RK_STG_H2D,
+                            &r->slot[i].ev) != 0)
+                r->err = MPI_ERR_OTHER;
+            r->copied += n;
+            r->slot[i].state = R_COPY_OUT;
+        }
+        if (r->slot[i].state == R_COPY_OUT) {
+            int t = rk_stg_event_test(r->slot[i].ev);
+            if (t < 0)
+                r->err = MPI_ERR_OTHER;
+            if (t != 0)
+                ring_free(r, i, 1, 0);
+        }
+    }
+    while (ring_may_start(r, 1)) {
+        int i = r->next_start % RK_STG_DEPTH, k = r->next_start;
+        if (ring_take(r, i, 1) != 0)
+            break;
+        if (PMPI_Irecv(r->slot[i].b.ptr, (int)seg_len(r->total, r->seg, k), MPI_BYTE, r->peer,
+                       r->hdr.id, rk_stg_comm(), &r->slot[i].rq) != MPI_SUCCESS) {
+            r->err = MPI_ERR_OTHER;
+            ring_free(r, i, 1, 0);
+            continue;
+        }
+        r->slot[i].state = R_RECV;
+    }
+}
+
+/* A ring send whose header was cancelled: its segments will never be
+ * received. Sends posted are cancelled and their buffers left to MPI; the
+ * others end here. Under eng. */
+static void ring_send_cancel(req_t *r)
+{
+    for (int i = 0; i < RK_STG_DEPTH; i++) {
+        if (r->slot[i].state == R_SEND) {
+            PMPI_Cancel(&r->slot[i].rq);
+            PMPI_Request_free(&r->slot[i].rq);
+            ring_free(r, i, 0, 1);
+        } else if (r->slot[i].state == R_COPY_IN) {
+            rk_stg_event_wait(r->slot[i].ev);
+            ring_free(r, i, 0, 0);
+        }
+    }
+    /* Nothing more goes: the request is done with what it finished. */
+    r->nseg = r->next_start = r->next_post = r->ndone;
+}
+
+/* Advance a ring request; 1 when all its segments are done. Under eng. */
+static int ring_advance(req_t *r)
+{
+    if (r->kind == K_SEND)
+        ring_send_advance(r);
+    else
+        ring_recv_advance(r);
+    if (r->ndone < r->nseg)
+        return 0;
+    alist_del(r);
+    return 1;
+}
+
+static int advance_locked(req_t *r);
+
+/* From MPI's progress engine (staging.c): advance the ring requests, unless
+ * another thread is at it or this one is already inside the engine lock
+ * (our own MPI calls under it progress too). */
+int rk_stg_ring_poll(void)
+{
+    static __thread int inside;
+    if (inside || pthread_mutex_trylock(&eng) != 0)
+        return 0;
+    inside = 1;
+    for (req_t *r = alist, *next; r; r = next) {
+        next = r->anext;
+        advance_locked(r);
+    }
+    inside = 0;
+    pthread_mutex_unlock(&eng);
+    return 0;
+}
+
 /* Generalized requests: we complete them ourselves; MPI only frees them. */
 static int gq_query(void *extra, MPI_Status *st)
 {
@@ -331,6 +597,13 @@ static int req_publish(req_t *r, MPI_Request *user)
 
 static void req_release(req_t *r)
 {
+    /* A ring request ends with its slots free; any left (an error path)
+     * still go back, unless MPI may read them. */
+    for (int i = 0; r->ring && i < RK_STG_DEPTH; i++) {
+        rk_stg_event_put(r->slot[i].ev);
+        if (r->slot[i].b.kind && !r->leak)
+            rk_stg_buf_put(&r->slot[i].b);
+    }
     for (int i = 0; i < r->nevs; i++)
         rk_stg_event_put(r->evs ? r->evs[i] : NULL);
     free(r->evs);
@@ -423,6 +696,15 @@ static void on_first(req_t *r, const MPI_Status *st)
             r->state = S_SEGS;
             return;
         }
+        if (r->L.contig && r->dev && rk_stg_hooked) {
+            /* Through the ring: the image is not needed any more. */
+            rk_stg_buf_put(&r->hb);
+            ring_init(r, src, h.total, h.seg);
+            r->state = S_SEGS;
+            alist_add(r);
+            ring_advance(r);
+            return;
+        }
         if (r->L.contig) {
             dst = r->dev ? r->hb.ptr : (char *)r->ubuf;
             if (alloc_segs(r, nseg, r->dev ? nseg : 0) != 0)
@@ -462,6 +744,11 @@ oom:
  * Under eng. */
 static void advance_segs(req_t *r)
 {
+    if (r->ring) {
+        if (ring_advance(r))
+            r->state = S_DONE;
+        return;
+    }
     int out = 0;
     if (r->nrecvd < r->nseg &&
         PMPI_Testsome(r->nseg, r->segs, &out, r->idx, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
@@ -521,7 +808,10 @@ static int advance_locked(req_t *r)
                 if (flag) {
                     int c = 0;
                     PMPI_Test_cancelled(&st, &c);
-                    if (c) {
+                    if (c && r->ring) {
+                        ring_send_cancel(r);
+                        PMPI_Status_set_cancelled(&r->st, 1);
+                    } else if (c) {
                         /* The header was cancelled: its segments will never be
                          * received. Let MPI have them; keep their memory. */
                         for (int k = 0; k < r->nseg; k++)
@@ -534,7 +824,10 @@ static int advance_locked(req_t *r)
                     }
                 }
             }
-            if (r->first == MPI_REQUEST_NULL) {
+            if (r->ring) {
+                if (ring_advance(r) && r->first == MPI_REQUEST_NULL)
+                    r->state = S_DONE;
+            } else if (r->first == MPI_REQUEST_NULL) {
                 flag = 1;
                 if (r->nseg)
                     PMPI_Testall(r->nseg, r->segs, &flag, MPI_STATUSES_IGNORE);
@@ -622,7 +915,8 @@ static int advance(req_t *r)
 
 void rk_stg_progress(void)
 {
-    if (!pending_now() && !ndetached)
+    if (!pending_now() && !ndetached &&
+        !atomic_load_explicit(&rk_stg_rings, memory_order_relaxed))
         return;
     /* One thread at a time; the others have their own loops to return to. */
     if (pthread_mutex_trylock(&eng) != 0)
@@ -666,6 +960,10 @@ void rk_stg_progress(void)
                 plist_del(r);
                 on_first(r, &sts[j]);
             }
+    }
+    for (req_t *r = alist, *next; r; r = next) {
+        next = r->anext;
+        advance_locked(r);
     }
     req_t *done[16];
     int nd = 0;
@@ -732,6 +1030,27 @@ static int send_post(req_t *r, const void *buf, int dest, int tag, int mode, int
     }
     size_t total = r->L.size, seg = seg_size(total);
     int nseg = (int)((total + seg - 1) / seg);
+    if (!wait_ok && rk_stg_hooked) {
+        /* Nonblocking: the header now, the segments through the ring as
+         * their copies finish; later calls drive it (rk_stg_progress). The
+         * ring overlaps one message with the next, so its segments are whole
+         * chunks: 4 MiB ones moved 8.0 GB/s where 1 MiB ones moved 7.4. */
+        seg = total < rk_stg_chunk() ? total : rk_stg_chunk();
+        ring_init(r, wdest, total, seg);
+        r->hdr = (hdr_t){MAGIC0, MAGIC1, total, (uint32_t)seg, rk_stg_next_id()};
+        rc = isend_mode(&r->hdr, RK_STG_HDR_BYTES, MPI_BYTE, dest, tag, r->comm, mode, &r->first);
+        if (rc != MPI_SUCCESS) {
+            r->ring = 0;
+            r->nseg = 0;
+            return rc;
+        }
+        r->state = S_SEGS;
+        pthread_mutex_lock(&eng);
+        alist_add(r);
+        ring_advance(r);
+        pthread_mutex_unlock(&eng);
+        return MPI_SUCCESS;
+    }
     if (rk_stg_buf_get(total, wait_ok, &r->hb) != 0 || alloc_segs(r, nseg, nseg) != 0)
         return staging_error(r->comm, "out of memory for a send");
     for (int k = 0; k < nseg; k++)
@@ -880,8 +1199,13 @@ static int isend_dev(const void *buf, int count, MPI_Datatype dt, int dest, int 
         /* What was posted must finish before its memory goes. */
         if (r->first != MPI_REQUEST_NULL)
             rk_stg_wait(&r->first, MPI_STATUS_IGNORE);
-        if (r->nseg)
+        if (r->ring) {
+            unsigned spins = 0;
+            while (!advance(r))
+                rk_stg_idle(&spins);
+        } else if (r->nseg) {
             wait_all(r->nseg, r->segs);
+        }
         req_release(r);
     }
     return rc;
@@ -1977,6 +2301,8 @@ RK_STG_EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int ind
 
 void rk_stg_p2p_finalize(void)
 {
+    if (rk_stg_hooked)
+        rk_mpi_verbose("staging: %ld nonblocking messages went through the ring", ring_msgs);
     /* Detached requests still running: finish what is done; the rest is
      * left to MPI_Finalize (their memory is not given back). */
     for (int round = 0; round < 1000 && ndetached; round++) {

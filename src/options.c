@@ -313,6 +313,10 @@ static const option_def_t defs[] = {
      "pinned host memory kept for staging MPI messages, per rank", NULL, NULL},
     {"RANKMEM_STAGING_CHUNK", RANKMEM_OPTION_SIZE, "4MiB",
      "size of one staging buffer; larger messages are sent in pieces", NULL, NULL},
+    {"RANKMEM_STAGING_RING", RANKMEM_OPTION_BOOL, "1",
+     "nonblocking sends and receives of large device messages move through a few reused pinned "
+     "buffers, advanced by MPI's progress engine (Open MPI); 0: such a message is staged whole",
+     NULL, NULL},
     {"RANKMEM_MPI_VERBOSE", RANKMEM_OPTION_BOOL, "0",
      "the MPI plugin prints one line per rank at MPI_Init (binding, device, resource) and at "
      "MPI_Finalize", NULL, NULL},
