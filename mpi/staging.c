@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #if HAVE_GPU
 #include "../src/gpu_api.h" /* CUDA, or HIP through the same names */
@@ -175,10 +176,64 @@ static void table_put(uint64_t key, unsigned kind)
     atomic_store_explicit(&rk_stg_table[i], e, memory_order_relaxed);
 }
 
+/* ---- memory that is host memory for sure ----
+ *
+ * Host answers are not cached (below), so a host buffer would cost a driver
+ * query per call. Two places cannot hold device memory while they exist, and
+ * they hold most small messages: the brk heap (malloc's main arena, between
+ * its start and the current break: the kernel's mmap, which the driver uses,
+ * never places a mapping inside it) and the calling thread's own stack. */
+static uintptr_t brk_lo; /* start of the brk heap, 0 unknown */
+
+static void known_host_init(void)
+{
+    /* start_brk is field 47 of /proc/self/stat (Linux 3.5 and later); the
+     * break at init as a fallback (the heap below it is missed then). */
+    FILE *f = fopen("/proc/self/stat", "r");
+    char buf[2048];
+    size_t n = f ? fread(buf, 1, sizeof buf - 1, f) : 0;
+    if (f)
+        fclose(f);
+    buf[n] = 0;
+    char *q = strrchr(buf, ')'); /* the command name may hold spaces */
+    unsigned long long v = 0;
+    for (int field = 2; q && *q && field < 47; q++)
+        if (*q == ' ')
+            field++;
+    if (q && sscanf(q, "%llu", &v) == 1 && v)
+        brk_lo = (uintptr_t)v;
+    else
+        brk_lo = (uintptr_t)sbrk(0);
+}
+
+static int known_host(uintptr_t a)
+{
+    if (brk_lo && a >= brk_lo && a < (uintptr_t)sbrk(0))
+        return 1;
+    static __thread uintptr_t st_lo, st_hi;
+    if (!st_hi) {
+        pthread_attr_t at;
+        void *lo = NULL;
+        size_t sz = 0;
+        if (pthread_getattr_np(pthread_self(), &at) == 0) {
+            if (pthread_attr_getstack(&at, &lo, &sz) == 0 && lo && sz) {
+                st_lo = (uintptr_t)lo;
+                st_hi = (uintptr_t)lo + sz;
+            }
+            pthread_attr_destroy(&at);
+        }
+        if (!st_hi)
+            st_hi = 1; /* unknown: do not ask again */
+    }
+    return a >= st_lo && a < st_hi;
+}
+
 int rk_stg_classify_slow(const void *p)
 {
     unsigned kind = RK_STG_KIND_HOST;
     uintptr_t a = (uintptr_t)p;
+    if (!fake && known_host(a))
+        return 0;
     if (fake) {
         if (a >= (uintptr_t)fake_base && a < (uintptr_t)fake_base + fake_bytes)
             kind = RK_STG_KIND_DEVICE;
@@ -719,6 +774,7 @@ void rk_mpi_staging_init(void)
     if (init_done)
         return;
     init_done = 1;
+    known_host_init();
 
     char why[256] = "";
     int mode = 0; /* 0 auto, 1 on, 2 off */
