@@ -59,6 +59,17 @@ RANKMEM_API rankmem_status_t rankmem_omp_allocator_resource(omp_allocator_handle
 RANKMEM_API rankmem_status_t rankmem_omp_block_info(const void *ptr, size_t *bytes_p,
                                                     rankmem_resource_t **mr_p);
 
+/* Give back now every block that omp_free left waiting for a device sync
+ * (with RANKMEM_OMP_FREE_SYNC on, device-accessible memory goes back only
+ * after a cudaDeviceSynchronize that began after its omp_free; one sync
+ * serves many frees, and until it runs the blocks still count as live in
+ * the resource's stats and pool_size limits). One sync of each device
+ * concerned, then the blocks go back. Allocation failures, the MPI report,
+ * omp_destroy_allocator (for its blocks) and exit do this by themselves.
+ * RANKMEM_SUCCESS, or RANKMEM_ERR_DEVICE when a sync failed (the blocks
+ * went back anyway). Nothing pending: RANKMEM_SUCCESS, no CUDA call. */
+RANKMEM_API rankmem_status_t rankmem_omp_flush(void);
+
 /* *active_p = 1 when the program's omp_alloc is rankmem's (the library is
  * linked before the OpenMP runtime, or preloaded); 0 means the runtime's
  * own functions come first and rankmem's handles must not be used (a

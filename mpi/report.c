@@ -12,6 +12,7 @@
  * agree on whether the gather happens. A failed write is a
  * warning on stderr (and the text report goes to stderr instead), never an
  * error of the collective. */
+#define _GNU_SOURCE /* RTLD_DEFAULT */
 #ifdef HAVE_CONFIG_H
 #include <config.h>
 #endif
@@ -20,6 +21,7 @@
 
 #include <rankmem_mpi.h>
 
+#include <dlfcn.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -1402,6 +1404,13 @@ static void my_record(rk_mpi_record_t *rec, int active)
 {
     memset(rec, 0, sizeof *rec);
     if (active) {
+        /* librankmem_omp (when the program has it; never linked here) may
+         * hold freed device blocks until a device sync: give them back
+         * first, so that they are not reported as live or leaked. */
+        rankmem_status_t (*omp_flush)(void);
+        *(void **)&omp_flush = dlsym(RTLD_DEFAULT, "rankmem_omp_flush");
+        if (omp_flush)
+            omp_flush();
         rk_mpi_fill_record(rec);
         return;
     }

@@ -7,11 +7,14 @@
  * Stream rule (docs/openmp.md): our blocks are allocated and freed with the
  * synchronous rankmem calls, i.e. ordered on the legacy default stream. Zero
  * fills and copies of device memory run on that stream and are waited for
- * before the call returns. omp_free of device-accessible memory first waits
- * for the block's device (as cudaFree does), so a kernel still using the
- * block on any stream is safe; RANKMEM_OMP_FREE_SYNC=0 skips that wait for
- * programs whose device work on the block is ordered before the free on the
- * default stream (or already synchronised). */
+ * before the call returns. Device-accessible memory freed by omp_free goes
+ * back only after a wait for the block's device that began after the free
+ * (as cudaFree waits), so a kernel still using the block on any stream is
+ * safe: one cudaDeviceSynchronize serves many frees (blockmap.c, "Deferred
+ * release"), or one per free with RANKMEM_OMP_DEFER_BYTES=0.
+ * RANKMEM_OMP_FREE_SYNC=0 skips the wait for programs whose device work on
+ * the block is ordered before the free on the default stream (or already
+ * synchronised). */
 #include "omp_internal.h"
 
 #include <stdio.h>
@@ -112,17 +115,20 @@ static int copy_bytes(void *dst, const void *src, size_t n)
 #endif
 }
 
-/* Give a block back to the resource it came from, then stop keeping that
- * resource for it (which may let the resource go: nothing touches it after). */
-static void release_block(const rkomp_block_t *b)
+/* Give a block back to the resource it came from (blockmap.c then stops
+ * counting it; nothing here touches the resource after rankmem_deallocate). */
+void rkomp_give_back(const rkomp_block_t *b, int immediate)
 {
 #if HAVE_GPU
     int prev = -1;
     if (gpu_count() && (b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE)) {
         prev = enter_device(b->mr->device);
-        if (rkomp_free_sync() && cudaDeviceSynchronize() != cudaSuccess)
+        /* A pending block's wait was its sync epoch (blockmap.c). */
+        if (immediate && rkomp_free_sync() && cudaDeviceSynchronize() != cudaSuccess)
             (void)cudaGetLastError(); /* a failed kernel is not this free's failure */
     }
+#else
+    (void)immediate;
 #endif
     rankmem_status_t st =
         b->base ? rankmem_deallocate(b->mr, b->base, b->base_bytes, RANKMEM_DEFAULT_ALIGNMENT)
@@ -133,18 +139,23 @@ static void release_block(const rkomp_block_t *b)
     if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
         fprintf(stderr, "rankmem_omp: omp_free(%p): %s: %s\n", b->ptr, rankmem_status_string(st),
                 rankmem_last_error());
-    if (RKOMP_LIKELY(b->ent >= 0)) {
-        /* A device's current resource that was replaced goes once its last
-         * block does. Allocations notice a replacement at once; frees look
-         * every 16th time per thread (the block still counts meanwhile), which
-         * spares most frees a registry lookup. */
-        static __thread unsigned frees __attribute__((tls_model("initial-exec")));
-        if (RKOMP_UNLIKELY((++frees & 15u) == 0))
-            rkomp_device_ent_check(b->ent);
-        rkomp_ent_unaccount(b->ptr, b->ent);
-    } else if (b->ent == RKOMP_ENT_OWN) {
-        rankmem_resource_release(b->mr);
-    }
+}
+
+int rkomp_sync_device(int dev)
+{
+#if HAVE_GPU
+    if (!gpu_count())
+        return 0; /* the test switch: host blocks, nothing to wait for */
+    int prev = enter_device(dev);
+    cudaError_t err = cudaDeviceSynchronize();
+    if (err != cudaSuccess)
+        (void)cudaGetLastError(); /* a failed kernel is not the free's failure */
+    leave_device(prev);
+    return err == cudaSuccess ? 0 : -1;
+#else
+    (void)dev;
+    return 0;
+#endif
 }
 
 /* ---- serving one of our allocators ---- */
@@ -234,6 +245,13 @@ void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size, int 
     void *p = serve(a, alignment, size, zero);
     if (RKOMP_LIKELY(p != NULL))
         return p;
+    /* Blocks waiting for a device sync may be what is missing: give them
+     * all back, then try once more before the fallback. */
+    if (a->space != RKOMP_SPACE_FOREIGN && rkomp_defer_on() && rkomp_map_flush(NULL, NULL) &&
+        (p = serve(a, alignment, size, zero)) != NULL) {
+        rankmem_clear_error(); /* the first refusal is not this call's failure */
+        return p;
+    }
     switch (a->fallback) {
     case RKOMP_ATV_NULL_FB: return NULL;
     case RKOMP_ATV_ABORT_FB:
@@ -328,13 +346,21 @@ static inline rkomp_handle_t kmpc_handle(rkomp_handle_t h)
 
 /* ---- omp_free and friends ---- */
 
-/* 1 when ptr was ours (now freed). */
+/* 1 when ptr was ours (now freed, or waiting for a device sync). */
 static int our_free(void *ptr)
 {
-    rkomp_block_t b;
-    if (!ptr || !rkomp_map_maybe(ptr) || !rkomp_map_remove(ptr, &b))
+    int ent;
+    if (!ptr || !rkomp_map_maybe(ptr) || !rkomp_map_free(ptr, &ent))
         return 0;
-    release_block(&b);
+    if (RKOMP_LIKELY(ent >= 0)) {
+        /* A device's current resource that was replaced goes once its last
+         * block does. Allocations notice a replacement at once; frees look
+         * every 16th time per thread, which spares most frees a registry
+         * lookup. */
+        static __thread unsigned frees __attribute__((tls_model("initial-exec")));
+        if (RKOMP_UNLIKELY((++frees & 15u) == 0))
+            rkomp_device_ent_check(ent);
+    }
     return 1;
 }
 
@@ -614,6 +640,13 @@ RKOMP_EXPORT rankmem_status_t rankmem_omp_block_info(const void *ptr, size_t *by
     if (mr_p)
         *mr_p = b.mr;
     return RANKMEM_SUCCESS;
+}
+
+RKOMP_EXPORT rankmem_status_t rankmem_omp_flush(void)
+{
+    int err = 0;
+    rkomp_map_flush(NULL, &err); /* nothing pending (deferral off): a scan of 256 counts */
+    return err ? RANKMEM_ERR_DEVICE : RANKMEM_SUCCESS;
 }
 
 RKOMP_EXPORT rankmem_status_t rankmem_omp_active(int *active_p)

@@ -18,16 +18,26 @@
  * holds ONE reference per resource it serves from (an entry) and counts
  * that resource's live blocks in per-shard stripes, in the shard the
  * block's pointer hashes to: `ins` is raised under the shard's lock at
- * insert, `rel` by an atomic add (on the same cache line, which the freeing
- * thread just had) after the block went back to its resource. A block's
- * insert and release touch the same shard, so ins - rel of a stripe is that
- * shard's live count, never negative, and the sum over shards is exact.
+ * insert, `rel` under the same lock when the block leaves the map to go
+ * back at once (the free already holds that lock: no atomic add), or, for
+ * a block given back later (pending, below), under it once it went back. A
+ * block's insert and release touch the same shard, so ins - rel of a stripe
+ * is that shard's live count, never negative, and the sum over shards is
+ * exact.
+ *
+ * A release counted before its block went back must not let the resource
+ * go while rankmem_deallocate is still inside it: the freeing thread
+ * publishes the resource in its hazard slot under the shard lock, and
+ * clears it once rankmem_deallocate returned. Whoever drops an entry's
+ * reference first waits until no hazard slot names that resource. The
+ * harvest (below) takes the shard lock after the free released it, so the
+ * hazard is seen by anyone who saw the release counted.
  *
  * An entry is ACTIVE while in service (the current resource of a device as
  * last seen here, or an allocator's own chain) and RETIRED once not (the
  * device's current resource changed, or omp_destroy_allocator). Retiring
  * harvests the stripes: under each shard's lock, `rel` gets the HARVESTED
- * flag and ins - rel is added up. A release whose add finds the flag came
+ * flag and ins - rel is added up. A release that finds the flag came
  * after the harvest counted its block and lowers the entry's `remaining`
  * instead; the one that takes it to zero (or the harvest itself, when
  * nothing was live) drops the layer's reference and frees the entry. An
@@ -35,14 +45,28 @@
  * finds the flag under the lock (and the block takes a reference of its own
  * instead); a generation number (odd while the entry is being reset for
  * reuse) catches an entry freed and reused between an allocation picking it
- * and inserting its block. The release is counted only after the block went
- * back, so a retirement never lets the resource go while a free of one of
- * its blocks is still inside it.
+ * and inserting its block.
  *
  * Blocks that cannot use an entry (all RKOMP_NENT in use, or the race above)
  * hold a reference of their own, as every block did before; blocks of the
  * shared managed and pinned resources, which live as long as the process,
- * hold nothing. */
+ * hold nothing.
+ *
+ * Deferred release. With RANKMEM_OMP_FREE_SYNC on, device-accessible
+ * memory may go back only after a device-wide wait that began after its
+ * omp_free. Instead of a cudaDeviceSynchronize per free, the block leaves
+ * the map (a second free of it is a foreign pointer's) and waits on its
+ * shard's pending list, tagged with its device's sync epoch: `started`
+ * counts syncs begun, `done` the highest one finished. A block tagged t
+ * (started read at its free) may go back once done > t: that sync began
+ * after the free. A free that takes its shard's list over a few blocks or
+ * its share of RANKMEM_OMP_DEFER_BYTES gives back what is releasable, or,
+ * with nothing releasable, runs one sync (one thread per device at a time;
+ * the others keep deferring up to a hard bound, then wait for it). A
+ * pending block still counts as live for its entry and in the resource's
+ * stats until it went back. A failed allocation, rankmem_omp_flush,
+ * omp_destroy_allocator (its chain's blocks) and exit give back everything
+ * pending. */
 #include "omp_internal.h"
 
 #include <pthread.h>
@@ -55,6 +79,14 @@
 #define INITIAL_CAPACITY 16u
 #define HARVESTED ((uint64_t)1 << 63) /* flag in a shard's released count */
 #define REMAINING_BIAS ((long)1 << 40) /* keeps `remaining` above 0 during a harvest */
+
+/* Pending blocks per shard: past SOFT (or the shard's byte share) a free
+ * gives back what it can, or starts a sync; past HARD (or 4 shares) it
+ * waits for one. TAKE: blocks given back per round (a stack array). */
+#define PEND_SOFT 8u
+#define PEND_HARD 32u
+#define PEND_TAKE 32u
+#define DEFAULT_DEFER_BYTES ((size_t)256 << 20)
 
 /* ---- spinlock: test-and-test-and-set, pause, yield when it lasts ---- */
 
@@ -93,14 +125,24 @@ static inline void spin_unlock(unsigned *l) { __atomic_store_n(l, 0u, __ATOMIC_R
 
 /* ---- shards ---- */
 
+typedef struct pend {
+    rkomp_block_t b;
+    uint64_t tag; /* its device's `started` at the free */
+    int dev;
+} pend_t;
+
 typedef struct shard {
     unsigned lock;
     unsigned count; /* written under the lock, atomically: read without it (lookup) */
     size_t mask;    /* capacity - 1; 0 while slots is NULL */
     rkomp_block_t *slots;
-    /* Per entry: blocks inserted into this shard (under the lock), and
-     * blocks released (atomic, lock-free; HARVESTED once counted out).
-     * Their difference is the entry's live blocks here. */
+    unsigned npend; /* pending blocks: written under the lock, atomically (flush reads it) */
+    unsigned pcap;
+    size_t pbytes;
+    pend_t *pend;
+    /* Per entry: blocks inserted into this shard, and blocks released
+     * (HARVESTED once counted out); both under the lock. Their difference
+     * is the entry's live blocks here. */
     struct {
         uint64_t ins, rel;
     } n[RKOMP_NENT]; /* the first entries share the lock's cache line */
@@ -162,6 +204,97 @@ static int grow(shard_t *s)
     return 0;
 }
 
+/* Under the lock: take slot i out. Backward shift: move later members of
+ * the run into the hole when the hole lies between their home slot and
+ * where they sit (no tombstones). */
+static inline void remove_at(shard_t *s, size_t i)
+{
+    size_t hole = i, j = i;
+    for (;;) {
+        j = (j + 1) & s->mask;
+        if (!s->slots[j].ptr)
+            break;
+        size_t home = (size_t)s->slots[j].hash & s->mask;
+        if (((j - home) & s->mask) >= ((j - hole) & s->mask)) {
+            s->slots[hole] = s->slots[j];
+            hole = j;
+        }
+    }
+    s->slots[hole].ptr = NULL;
+    __atomic_store_n(&s->count, s->count - 1, __ATOMIC_RELAXED);
+}
+
+/* ---- hazard slots: a resource a free is still giving a block back to ----
+ * One per thread (claimed at its first free, handed back at its exit),
+ * never freed: a list that only grows to the most threads ever alive. */
+
+typedef struct hz_slot {
+    rankmem_resource_t *mr; /* atomic; NULL when not inside a give-back */
+    unsigned used;          /* atomic: claimed by a thread */
+    struct hz_slot *next;   /* fixed once published */
+} __attribute__((aligned(64))) hz_slot_t;
+
+static hz_slot_t *hz_head; /* atomic */
+static pthread_key_t hz_key;
+static pthread_once_t hz_once = PTHREAD_ONCE_INIT;
+static int hz_key_ok;
+static __thread hz_slot_t *my_hz __attribute__((tls_model("initial-exec")));
+
+static void hz_thread_exit(void *p)
+{
+    hz_slot_t *h = p;
+    my_hz = NULL;
+    __atomic_store_n(&h->mr, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&h->used, 0u, __ATOMIC_RELEASE);
+}
+
+static void hz_setup(void) { hz_key_ok = pthread_key_create(&hz_key, hz_thread_exit) == 0; }
+
+/* The calling thread's slot, or NULL (no memory: its frees then count
+ * their release after the give-back, under the shard lock again). */
+static __attribute__((noinline)) hz_slot_t *hz_register(void)
+{
+    pthread_once(&hz_once, hz_setup);
+    if (!hz_key_ok)
+        return NULL;
+    hz_slot_t *h;
+    for (h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next) {
+        unsigned z = 0;
+        if (__atomic_compare_exchange_n(&h->used, &z, 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            break;
+    }
+    if (!h) {
+        if (!(h = aligned_alloc(_Alignof(hz_slot_t), sizeof *h)))
+            return NULL;
+        memset(h, 0, sizeof *h);
+        h->used = 1;
+        h->next = __atomic_load_n(&hz_head, __ATOMIC_RELAXED);
+        while (!__atomic_compare_exchange_n(&hz_head, &h->next, h, 1, __ATOMIC_RELEASE,
+                                            __ATOMIC_RELAXED)) {
+        }
+    }
+    if (pthread_setspecific(hz_key, h) != 0) {
+        __atomic_store_n(&h->used, 0u, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    my_hz = h;
+    return h;
+}
+
+/* Drop one of the layer's references on mr: first wait until no free is
+ * still inside rankmem_deallocate of mr. Never called with a lock held. */
+static void drop_ref(rankmem_resource_t *mr)
+{
+    for (hz_slot_t *h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next)
+        for (unsigned n = 0; __atomic_load_n(&h->mr, __ATOMIC_ACQUIRE) == mr; n++) {
+            if (n < 128)
+                cpu_relax();
+            else
+                sched_yield();
+        }
+    rankmem_resource_release(mr);
+}
+
 /* ---- resource entries ---- */
 
 enum { ENT_FREE = 0, ENT_ACTIVE = 1, ENT_RETIRED = 2 };
@@ -170,7 +303,7 @@ typedef struct entry {
     unsigned gen;            /* atomic; odd while being (re)initialised */
     unsigned state;          /* atomic: ENT_* */
     rankmem_resource_t *mr;  /* atomic; the layer's reference while not FREE */
-    int device;              /* the device whose current resource it is, or -1 */
+    int device;              /* atomic; the device whose current resource it is, or -1 */
     long remaining;          /* atomic; after the harvest: blocks still live (+ bias) */
 } __attribute__((aligned(64))) entry_t;
 
@@ -184,20 +317,21 @@ static rankmem_resource_t *ent_free_locked(int e)
 {
     entry_t *en = &ents[e];
     rankmem_resource_t *mr = en->mr;
-    if (en->device >= 0 && en->device < RKOMP_MAX_DEVICES &&
-        __atomic_load_n(&dev_ent[en->device], __ATOMIC_RELAXED) == e + 1)
-        __atomic_store_n(&dev_ent[en->device], 0, __ATOMIC_RELEASE);
+    int dev = __atomic_load_n(&en->device, __ATOMIC_RELAXED);
+    if (dev >= 0 && dev < RKOMP_MAX_DEVICES &&
+        __atomic_load_n(&dev_ent[dev], __ATOMIC_RELAXED) == e + 1)
+        __atomic_store_n(&dev_ent[dev], 0, __ATOMIC_RELEASE);
     __atomic_store_n(&en->state, ENT_FREE, __ATOMIC_RELEASE);
     return mr;
 }
 
-/* `remaining` went to zero (by n): the entry's last block is gone. */
+/* `remaining` went to zero: the entry's last block is gone. */
 static void ent_drop(int e)
 {
     pthread_mutex_lock(&ent_lock);
     rankmem_resource_t *mr = ent_free_locked(e);
     pthread_mutex_unlock(&ent_lock);
-    rankmem_resource_release(mr);
+    drop_ref(mr);
 }
 
 /* Under ent_lock. Returns the reference to drop when nothing was live. */
@@ -212,7 +346,8 @@ static rankmem_resource_t *ent_retire_locked(int e)
     for (unsigned i = 0; i < NSHARDS; i++) {
         shard_t *s = &shards[i];
         spin_lock(&s->lock);
-        uint64_t rel = __atomic_fetch_or(&s->n[e].rel, HARVESTED, __ATOMIC_ACQ_REL);
+        uint64_t rel = s->n[e].rel;
+        __atomic_store_n(&s->n[e].rel, rel | HARVESTED, __ATOMIC_RELAXED);
         sum += (long)(s->n[e].ins - rel);
         spin_unlock(&s->lock);
     }
@@ -253,7 +388,7 @@ static int ent_create_locked(rankmem_resource_t *mr, int device)
         spin_unlock(&s->lock);
     }
     __atomic_store_n(&en->mr, mr, __ATOMIC_RELAXED);
-    en->device = device;
+    __atomic_store_n(&en->device, device, __ATOMIC_RELAXED);
     __atomic_store_n(&en->state, ENT_ACTIVE, __ATOMIC_RELAXED);
     __atomic_add_fetch(&en->gen, 1, __ATOMIC_RELEASE);
     return e;
@@ -275,7 +410,7 @@ void rkomp_ent_retire(int e)
     rankmem_resource_t *drop = ent_retire_locked(e);
     pthread_mutex_unlock(&ent_lock);
     if (drop)
-        rankmem_resource_release(drop);
+        drop_ref(drop);
 }
 
 int rkomp_ent_pin(int e, const rankmem_resource_t *mr, unsigned *gen_p)
@@ -315,40 +450,361 @@ int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p)
     }
     pthread_mutex_unlock(&ent_lock);
     if (drop)
-        rankmem_resource_release(drop);
+        drop_ref(drop);
     return e >= 0 ? e : RKOMP_ENT_OWN;
 }
 
 void rkomp_device_ent_check(int e)
 {
+    if (e < 0 || e >= (int)RKOMP_NENT)
+        return;
     entry_t *en = &ents[e];
-    int dev = en->device; /* stable: the caller's block keeps the entry */
+    /* Read without the lock (the entry may even have been reused since the
+     * caller's block went back): only a hint, checked again under it. */
+    int dev = __atomic_load_n(&en->device, __ATOMIC_RELAXED);
     rankmem_resource_t *cur;
-    if (dev < 0 || __atomic_load_n(&en->state, __ATOMIC_RELAXED) != ENT_ACTIVE ||
+    if (dev < 0 || dev >= RKOMP_MAX_DEVICES ||
+        __atomic_load_n(&en->state, __ATOMIC_RELAXED) != ENT_ACTIVE ||
         rankmem_get_device_resource(dev, &cur) != RANKMEM_SUCCESS ||
         RKOMP_LIKELY(cur == __atomic_load_n(&en->mr, __ATOMIC_RELAXED)))
         return;
     pthread_mutex_lock(&ent_lock);
     rankmem_resource_t *drop = NULL;
     if (__atomic_load_n(&en->state, __ATOMIC_RELAXED) == ENT_ACTIVE &&
-        __atomic_load_n(&dev_ent[dev], __ATOMIC_RELAXED) == e + 1) {
+        __atomic_load_n(&en->device, __ATOMIC_RELAXED) == dev &&
+        __atomic_load_n(&dev_ent[dev], __ATOMIC_RELAXED) == e + 1 && en->mr != cur) {
         drop = ent_retire_locked(e);
         __atomic_store_n(&dev_ent[dev], 0, __ATOMIC_RELEASE);
     }
     pthread_mutex_unlock(&ent_lock);
-    if (drop) /* cannot happen: the caller's block is still counted */
-        rankmem_resource_release(drop);
+    if (drop)
+        drop_ref(drop);
 }
 
-void rkomp_ent_unaccount(const void *ptr, int e)
+/* ---- after a give-back ---- */
+
+/* Under s's lock: count the release of a block of entry e. 1 when the
+ * entry was harvested meanwhile (the harvest counted the block as live:
+ * the caller lowers `remaining` instead, with rel_harvested, after
+ * unlocking). */
+static inline int count_release_locked(shard_t *s, int e)
 {
-    shard_t *s = shard_of(mix(ptr));
-    /* Released after the harvest counted the block: it is the entry's
-     * `remaining` that goes down. */
-    if (RKOMP_UNLIKELY(__atomic_fetch_add(&s->n[e].rel, 1, __ATOMIC_ACQ_REL) & HARVESTED) &&
-        __atomic_sub_fetch(&ents[e].remaining, 1, __ATOMIC_ACQ_REL) == 0)
+    uint64_t rel = __atomic_load_n(&s->n[e].rel, __ATOMIC_RELAXED);
+    if (RKOMP_UNLIKELY(rel & HARVESTED))
+        return 1;
+    __atomic_store_n(&s->n[e].rel, rel + 1, __ATOMIC_RELAXED);
+    return 0;
+}
+
+static void rel_harvested(int e)
+{
+    if (__atomic_sub_fetch(&ents[e].remaining, 1, __ATOMIC_ACQ_REL) == 0)
         ent_drop(e);
 }
+
+/* Blocks of shard s that went back (rkomp_give_back done): stop counting
+ * them for their resources. */
+static void settle(shard_t *s, const rkomp_block_t *b, size_t n)
+{
+    unsigned char harvested[PEND_TAKE > 1 ? PEND_TAKE : 1];
+    int any = 0;
+    for (size_t k = 0; k < n; k++)
+        any |= b[k].ent >= 0;
+    if (any) {
+        spin_lock(&s->lock);
+        for (size_t k = 0; k < n; k++)
+            harvested[k] = b[k].ent >= 0 && count_release_locked(s, b[k].ent);
+        spin_unlock(&s->lock);
+    }
+    for (size_t k = 0; k < n; k++) {
+        if (b[k].ent >= 0) {
+            if (harvested[k])
+                rel_harvested(b[k].ent);
+        } else if (b[k].ent == RKOMP_ENT_OWN) {
+            rankmem_resource_release(b[k].mr);
+        }
+    }
+}
+
+/* ---- deferral: per-device sync epochs, pending lists ---- */
+
+static struct epoch {
+    uint64_t started; /* atomic: syncs begun */
+    char pad[56];
+    uint64_t done;    /* atomic: the latest finished (written by the lock holder only) */
+    unsigned lock;    /* atomic: a sync of this device is running */
+} __attribute__((aligned(64))) epochs[RKOMP_MAX_DEVICES];
+
+static int defer_mode = -1; /* atomic: -1 unknown, 0 off, 1 device-accessible blocks, 2 test */
+static size_t shard_bytes;  /* a shard's share of RANKMEM_OMP_DEFER_BYTES (set with defer_mode) */
+
+static __attribute__((noinline)) int defer_mode_slow(void)
+{
+    int m = 0;
+    size_t total = rkomp_defer_bytes(); /* resolves the runtime (and reads the environment) */
+    if (rkomp_free_sync() && total) {
+        if (rkomp_gpu_count() > 0)
+            m = 1;
+        else if (rkomp_test_defer())
+            m = 2; /* host blocks of ours deferred, with a no-op wait: tests only */
+    }
+    __atomic_store_n(&shard_bytes, total / NSHARDS, __ATOMIC_RELAXED);
+    __atomic_store_n(&defer_mode, m, __ATOMIC_RELEASE);
+    return m;
+}
+
+static inline int get_defer_mode(void)
+{
+    int m = __atomic_load_n(&defer_mode, __ATOMIC_ACQUIRE);
+    return RKOMP_LIKELY(m >= 0) ? m : defer_mode_slow();
+}
+
+int rkomp_defer_on(void) { return get_defer_mode() != 0; }
+
+/* The device whose sync b must wait for, or -1: give it back now. */
+static inline int defer_dev(int mode, const rkomp_block_t *b)
+{
+    if (mode == 2)
+        return 0;
+    int d = b->mr->device;
+    return (b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && d >= 0 && d < RKOMP_MAX_DEVICES
+               ? d
+               : -1;
+}
+
+/* Make done > tag on device dev. Returns 0 once it is; 1 when another
+ * thread's sync is running and !wait (nothing done); -1 when it is but a
+ * sync this call ran failed. */
+static int epoch_advance(int dev, uint64_t tag, int wait)
+{
+    struct epoch *ep = &epochs[dev];
+    for (;;) {
+        if (__atomic_load_n(&ep->done, __ATOMIC_ACQUIRE) > tag)
+            return 0;
+        if (!__atomic_exchange_n(&ep->lock, 1u, __ATOMIC_ACQUIRE)) {
+            int rc = 0;
+            if (__atomic_load_n(&ep->done, __ATOMIC_ACQUIRE) <= tag) {
+                /* Begun after every free that read started < s. */
+                uint64_t s = __atomic_add_fetch(&ep->started, 1, __ATOMIC_SEQ_CST);
+                rc = rkomp_sync_device(dev);
+                if (s > __atomic_load_n(&ep->done, __ATOMIC_RELAXED))
+                    __atomic_store_n(&ep->done, s, __ATOMIC_RELEASE);
+            }
+            __atomic_store_n(&ep->lock, 0u, __ATOMIC_RELEASE);
+            return rc;
+        }
+        if (!wait)
+            return 1;
+        /* Wait for the running sync; if it began before our tag, run one. */
+        for (unsigned n = 0; __atomic_load_n(&ep->lock, __ATOMIC_RELAXED) &&
+                             __atomic_load_n(&ep->done, __ATOMIC_ACQUIRE) <= tag;
+             n++) {
+            if (n < 128)
+                cpu_relax();
+            else
+                sched_yield();
+        }
+    }
+}
+
+/* Under s's lock: move up to max releasable pending blocks (of mr only,
+ * unless NULL) to out. For the blocks that stay: *mask_p gets their
+ * devices' bits and maxtag[dev] their highest tag (when mask_p). */
+static size_t pend_take(shard_t *s, rkomp_block_t *out, size_t max, const rankmem_resource_t *mr,
+                        uint64_t *mask_p, uint64_t *maxtag)
+{
+    size_t n = 0;
+    unsigned i = 0;
+    while (i < s->npend && n < max) {
+        pend_t *p = &s->pend[i];
+        if (mr && p->b.mr != mr) {
+            i++;
+            continue;
+        }
+        if (__atomic_load_n(&epochs[p->dev].done, __ATOMIC_ACQUIRE) > p->tag) {
+            out[n++] = p->b;
+            s->pbytes -= p->b.base ? p->b.base_bytes : p->b.bytes;
+            *p = s->pend[s->npend - 1];
+            __atomic_store_n(&s->npend, s->npend - 1, __ATOMIC_RELAXED);
+            continue;
+        }
+        if (mask_p) {
+            uint64_t bit = (uint64_t)1 << p->dev;
+            if (!(*mask_p & bit) || maxtag[p->dev] < p->tag)
+                maxtag[p->dev] = p->tag;
+            *mask_p |= bit;
+        }
+        i++;
+    }
+    return n;
+}
+
+static void give_back_all(shard_t *s, rkomp_block_t *out, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        rkomp_give_back(&out[k], 0);
+    settle(s, out, n);
+}
+
+/* Give back s's releasable pending blocks (of mr only, unless NULL). */
+static size_t drain(shard_t *s, const rankmem_resource_t *mr)
+{
+    rkomp_block_t out[PEND_TAKE];
+    size_t total = 0, n;
+    do {
+        spin_lock(&s->lock);
+        n = pend_take(s, out, PEND_TAKE, mr, NULL, NULL);
+        spin_unlock(&s->lock);
+        give_back_all(s, out, n);
+        total += n;
+    } while (n == PEND_TAKE);
+    return total;
+}
+
+static void flush_at_exit(void);
+
+/* Under s's lock. */
+static int pend_grow(shard_t *s)
+{
+    static int registered;
+    /* The first pending block of all: exit gives back what is still
+     * pending. Registered now, after the CUDA runtime's own exit handler
+     * (it made the memory), so it runs before that one. */
+    if (!__atomic_exchange_n(&registered, 1, __ATOMIC_RELAXED))
+        atexit(flush_at_exit);
+    unsigned cap = s->pcap ? s->pcap * 2 : 2 * PEND_SOFT;
+    pend_t *n = realloc(s->pend, cap * sizeof *n);
+    if (!n)
+        return -1;
+    s->pend = n;
+    s->pcap = cap;
+    return 0;
+}
+
+static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
+
+/* Called with s locked (unlocks it): b, just out of the map, waits for a
+ * sync of device dev that begins after now. Past the shard's soft bound,
+ * give back what may go, or sync. */
+static __attribute__((noinline)) void defer_locked(shard_t *s, const rkomp_block_t *b, int dev)
+{
+    pend_t *p = &s->pend[s->npend];
+    /* seq_cst: ordered with the syncer's increment (a sync counted after
+     * this load begins after this free). */
+    p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
+    p->b = *b;
+    p->dev = dev;
+    __atomic_store_n(&s->npend, s->npend + 1, __ATOMIC_RELAXED);
+    s->pbytes += b->base ? b->base_bytes : b->bytes;
+    size_t share = __atomic_load_n(&shard_bytes, __ATOMIC_RELAXED);
+    if (RKOMP_LIKELY(s->npend <= PEND_SOFT && s->pbytes <= share)) {
+        spin_unlock(&s->lock);
+        return;
+    }
+    rkomp_block_t out[PEND_TAKE];
+    uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
+    size_t n = pend_take(s, out, PEND_TAKE, NULL, &mask, maxtag);
+    int must = s->npend > PEND_HARD || s->pbytes / 4 > share;
+    spin_unlock(&s->lock);
+    if (n) {
+        give_back_all(s, out, n);
+        return;
+    }
+    /* Nothing may go yet: one sync per device concerned (or, while another
+     * thread's runs, keep deferring until the hard bound). */
+    int progress = 0;
+    for (int d = 0; mask; d++, mask >>= 1)
+        if ((mask & 1) && epoch_advance(d, maxtag[d], must) != 1)
+            progress = 1;
+    if (progress)
+        drain(s, NULL);
+}
+
+int rkomp_map_free(const void *ptr, int *ent_p)
+{
+    uint64_t h = mix(ptr);
+    shard_t *s = shard_of(h);
+    /* An empty shard cannot hold ptr: skip the lock (see lookup). */
+    if (!__atomic_load_n(&s->count, __ATOMIC_RELAXED))
+        return 0;
+    hz_slot_t *hz = my_hz;
+    if (RKOMP_UNLIKELY(!hz))
+        hz = hz_register();
+    int mode = get_defer_mode(), dev; /* the first call may start CUDA: not under the lock */
+    spin_lock(&s->lock);
+    size_t i = s->count ? probe(s, ptr, h) : 0;
+    if (!s->count || !s->slots[i].ptr) {
+        spin_unlock(&s->lock);
+        return 0;
+    }
+    rkomp_block_t b = s->slots[i];
+    remove_at(s, i);
+    *ent_p = b.ent;
+    if (RKOMP_UNLIKELY(mode) && (dev = defer_dev(mode, &b)) >= 0 &&
+        (s->npend < s->pcap || pend_grow(s) == 0)) {
+        defer_locked(s, &b, dev);
+        return 1;
+    }
+    /* Given back now: count the release under the lock, and keep the
+     * resource from going (hazard) until rankmem_deallocate returned. */
+    int counted = 0, harvested = 0;
+    if (b.ent >= 0 && hz) {
+        harvested = count_release_locked(s, b.ent);
+        if (!harvested) {
+            __atomic_store_n(&hz->mr, b.mr, __ATOMIC_RELEASE);
+            counted = 1;
+        }
+    }
+    spin_unlock(&s->lock);
+    rkomp_give_back(&b, 1);
+    if (RKOMP_LIKELY(counted))
+        __atomic_store_n(&hz->mr, NULL, __ATOMIC_RELEASE);
+    else if (harvested)
+        rel_harvested(b.ent);
+    else
+        settle(s, &b, 1); /* no hazard slot, own reference, or nothing held */
+    return 1;
+}
+
+size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
+{
+    uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
+    /* Every pending block's device and latest tag... */
+    for (unsigned i = 0; i < NSHARDS; i++) {
+        shard_t *s = &shards[i];
+        if (!__atomic_load_n(&s->npend, __ATOMIC_RELAXED))
+            continue;
+        spin_lock(&s->lock);
+        for (unsigned k = 0; k < s->npend; k++) {
+            pend_t *p = &s->pend[k];
+            if (mr && p->b.mr != mr)
+                continue;
+            uint64_t bit = (uint64_t)1 << p->dev;
+            if (!(mask & bit) || maxtag[p->dev] < p->tag)
+                maxtag[p->dev] = p->tag;
+            mask |= bit;
+        }
+        spin_unlock(&s->lock);
+    }
+    if (!mask)
+        return 0;
+    /* ... one sync of each such device (or one that began later)... */
+    int err = 0;
+    for (int d = 0; mask; d++, mask >>= 1)
+        if ((mask & 1) && epoch_advance(d, maxtag[d], 1) < 0)
+            err = 1;
+    /* ... then all of them go back. */
+    size_t n = 0;
+    for (unsigned i = 0; i < NSHARDS; i++)
+        if (__atomic_load_n(&shards[i].npend, __ATOMIC_RELAXED))
+            n += drain(&shards[i], mr);
+    if (err_p)
+        *err_p = err;
+    return n;
+}
+
+/* At unload (dlclose) too: nothing pending may outlive the library. */
+__attribute__((destructor)) static void flush_at_unload(void) { rkomp_map_flush(NULL, NULL); }
 
 /* ---- the map ---- */
 
@@ -366,15 +822,15 @@ int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
         __atomic_fetch_or(&regions.bits, bit, __ATOMIC_RELEASE);
     spin_lock(&s->lock);
     /* Grow at half load: probes stay short. */
-    if ((s->count + 1) * 2 > (s->mask ? s->mask + 1 : 0) && grow(s) != 0) {
+    if (RKOMP_UNLIKELY((s->count + 1) * 2 > (s->mask ? s->mask + 1 : 0)) && grow(s) != 0) {
         spin_unlock(&s->lock);
         return -1;
     }
     if (b->ent >= 0) {
         /* Counted in its entry unless that was retired (harvested) or
          * reused since the allocation picked it. */
-        if (!(__atomic_load_n(&s->n[b->ent].rel, __ATOMIC_RELAXED) & HARVESTED) &&
-            __atomic_load_n(&ents[b->ent].gen, __ATOMIC_ACQUIRE) == gen) {
+        if (RKOMP_LIKELY(!(__atomic_load_n(&s->n[b->ent].rel, __ATOMIC_RELAXED) & HARVESTED) &&
+                         __atomic_load_n(&ents[b->ent].gen, __ATOMIC_ACQUIRE) == gen)) {
             s->n[b->ent].ins++;
         } else {
             b->ent = RKOMP_ENT_OWN;
@@ -414,23 +870,8 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
         return 0;
     }
     *b_p = s->slots[i];
-    if (remove) {
-        /* Backward shift: move later members of the run into the hole when
-         * the hole lies between their home slot and where they sit. */
-        size_t hole = i, j = i;
-        for (;;) {
-            j = (j + 1) & s->mask;
-            if (!s->slots[j].ptr)
-                break;
-            size_t home = (size_t)s->slots[j].hash & s->mask;
-            if (((j - home) & s->mask) >= ((j - hole) & s->mask)) {
-                s->slots[hole] = s->slots[j];
-                hole = j;
-            }
-        }
-        s->slots[hole].ptr = NULL;
-        __atomic_store_n(&s->count, s->count - 1, __ATOMIC_RELAXED);
-    }
+    if (remove)
+        remove_at(s, i);
     spin_unlock(&s->lock);
     return 1;
 }
@@ -441,7 +882,6 @@ void rkomp_map_forget(const void *ptr)
     lookup(ptr, &b, 1);
 }
 
-int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 1); }
 int rkomp_map_get(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 0); }
 int rkomp_map_maybe(const void *ptr)
 {

@@ -219,6 +219,10 @@ RKOMP_HIDDEN int rkomp_interposed(void);
 /* RANKMEM_OMP_FREE_SYNC (default on): wait for the device before device
  * memory freed by omp_free goes back to its resource. */
 RKOMP_HIDDEN int rkomp_free_sync(void);
+/* RANKMEM_OMP_DEFER_BYTES (default 256 MiB; 0: no deferral), and the test
+ * switch (see runtime.c): read with the rest at start-up. */
+RKOMP_HIDDEN size_t rkomp_defer_bytes(void);
+RKOMP_HIDDEN int rkomp_test_defer(void);
 
 /* ---- live blocks: pointer -> block, and the resources they keep (blockmap.c) ---- */
 
@@ -245,10 +249,23 @@ typedef struct rkomp_block {
  * (the caller must take the block's own reference). 0: recorded; -1: no
  * memory for the map. */
 RKOMP_HIDDEN int rkomp_map_insert(rkomp_block_t *b, unsigned gen);
-/* 1 and *b_p filled when ptr is ours (and, for remove, forgotten); else 0. */
-RKOMP_HIDDEN int rkomp_map_remove(const void *ptr, rkomp_block_t *b_p);
+/* 1 and *b_p filled when ptr is ours; else 0. */
 RKOMP_HIDDEN int rkomp_map_get(const void *ptr, rkomp_block_t *b_p);
 RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
+/* omp_free of ptr: 0 when it is not ours. Else its block is out of the map
+ * and either given back now (rkomp_give_back, then no longer counted for
+ * its resource) or, for device-accessible memory with deferral on, put on
+ * its shard's pending list, to be given back after a device sync that began
+ * after this call (docs/openmp.md, "Deferred release"); *ent_p is the
+ * block's entry (for rkomp_device_ent_check). */
+RKOMP_HIDDEN int rkomp_map_free(const void *ptr, int *ent_p);
+/* Give back every pending block (of resource mr only, unless NULL) after
+ * one sync of each device concerned. Returns how many went back; *err_p
+ * (may be NULL) is set to 1 when a device sync failed (they went back
+ * anyway). */
+RKOMP_HIDDEN size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p);
+/* Whether omp_free may defer (decided at the first call: needs the GPU count). */
+RKOMP_HIDDEN int rkomp_defer_on(void);
 /* Zero when ptr cannot be ours: no block of ours was ever inserted in its
  * 1 GiB region (hashed to one bit of a sticky, read-mostly word). Lets
  * omp_free of the runtime's blocks skip the map with one load. */
@@ -264,12 +281,21 @@ RKOMP_HIDDEN int rkomp_ent_pin(int ent, const rankmem_resource_t *mr, unsigned *
 /* The entry of device's current resource mr (made, and the previous one
  * retired, when mr changed), or RKOMP_ENT_OWN. */
 RKOMP_HIDDEN int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p);
-/* A block of device entry ent was freed: retire ent when its device's current
- * resource is no longer ent's (called while the block is still counted). */
+/* Retire entry ent when it is a device's entry and that device's current
+ * resource is no longer ent's. Safe at any time (rechecked under the entry
+ * lock), so a free calls it after its block went back. */
 RKOMP_HIDDEN void rkomp_device_ent_check(int ent);
-/* The block ptr of entry ent went back to its resource: stop counting it
- * (may drop the entry's reference, after which the resource may be gone). */
-RKOMP_HIDDEN void rkomp_ent_unaccount(const void *ptr, int ent);
+
+/* ---- giving back (alloc.c, called by blockmap.c) ---- */
+
+/* rankmem_deallocate of b, on b's device. immediate: an omp_free that was
+ * not deferred, which first waits for the device when RANKMEM_OMP_FREE_SYNC
+ * says so; 0: a pending block whose wait was a sync epoch. Touches nothing
+ * of b's resource after rankmem_deallocate returns. */
+RKOMP_HIDDEN void rkomp_give_back(const rkomp_block_t *b, int immediate);
+/* cudaDeviceSynchronize on device dev (made current for it): 0, or -1 when
+ * it failed. Without a GPU (the test switch) a no-op. */
+RKOMP_HIDDEN int rkomp_sync_device(int dev);
 
 /* ---- serving (alloc.c) ---- */
 

@@ -1,6 +1,6 @@
 /* The OpenMP runtime's own allocator functions, found once with
  * dlsym(RTLD_NEXT, ...), and start-up: RANKMEM_OMP_DEFAULT_ALLOCATOR,
- * RANKMEM_OMP_FREE_SYNC, and a warning when the runtime's omp_alloc comes
+ * RANKMEM_OMP_FREE_SYNC, RANKMEM_OMP_DEFER_BYTES, and a warning when the runtime's omp_alloc comes
  * before ours in the search order (our allocators would not be in use). */
 #define _GNU_SOURCE 1
 #include "omp_internal.h"
@@ -15,6 +15,11 @@
 static rkomp_runtime_t rt;
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 static int free_sync = 1;
+static size_t defer_bytes = (size_t)256 << 20;
+/* RKOMP_TEST_DEFER=1 (tests only, deliberately not a RANKMEM_* option):
+ * without a GPU, host blocks of ours take the deferred-release path with a
+ * no-op wait, so that the CPU tests exercise it. */
+static int test_defer;
 
 /* Never resolve to ourselves (which RTLD_NEXT cannot do, but a fallback
  * lookup could): that would recurse forever. */
@@ -102,6 +107,19 @@ static void resolve(void)
                     "yes/no, true/false); keeping the default (on)\n",
                     v);
     }
+    v = getenv("RANKMEM_OMP_DEFER_BYTES");
+    if (v && *v) {
+        size_t n;
+        if (rankmem_parse_size(v, 0, &n) == RANKMEM_SUCCESS)
+            defer_bytes = n;
+        else
+            fprintf(stderr,
+                    "rankmem_omp: RANKMEM_OMP_DEFER_BYTES: bad size '%s' (expected bytes, or "
+                    "with a unit: 64MiB, 1G; 0 = a wait per free); keeping the default (256 MiB)\n",
+                    v);
+    }
+    v = getenv("RKOMP_TEST_DEFER");
+    test_defer = v && !strcmp(v, "1");
     check_order();
     apply_env_default();
 }
@@ -131,6 +149,18 @@ int rkomp_free_sync(void)
 {
     rkomp_rt();
     return free_sync;
+}
+
+size_t rkomp_defer_bytes(void)
+{
+    rkomp_rt();
+    return defer_bytes;
+}
+
+int rkomp_test_defer(void)
+{
+    rkomp_rt();
+    return test_defer;
 }
 
 /* Without a runtime (a program using only our allocators, built without

@@ -358,6 +358,9 @@ RKOMP_EXPORT void omp_destroy_allocator(rkomp_handle_t allocator)
      * references): freeing them later stays safe, and the chain goes when
      * the last of them does. */
     if (a->chain) {
+        /* Its blocks waiting for a device sync go back now, so that the
+         * chain does not outlive the allocator because of them. */
+        rkomp_map_flush(a->chain, NULL);
         rkomp_ent_retire(a->ent);
         rankmem_resource_release(a->chain);
     }

@@ -327,6 +327,9 @@ static const option_def_t defs[] = {
      NULL},
     {"RANKMEM_OMP_FREE_SYNC", RANKMEM_OPTION_BOOL, "1",
      "librankmem_omp: wait for the device before omp_free gives device memory back", NULL, NULL},
+    {"RANKMEM_OMP_DEFER_BYTES", RANKMEM_OPTION_SIZE, "256MiB",
+     "librankmem_omp: freed device memory that may wait for one device sync shared by many frees "
+     "(0: a sync per free)", NULL, NULL},
     {"RANKMEM_OMP_VERBOSE", RANKMEM_OPTION_BOOL, "0",
      "librankmem_omp: say why omp_init_allocator refused a trait set", NULL, NULL},
     {"RANKMEM_QUIET", RANKMEM_OPTION_BOOL, "0",

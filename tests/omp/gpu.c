@@ -137,6 +137,9 @@ int main(void)
     omp_destroy_allocator(pf);
     omp_destroy_allocator(pd);
 
+    /* Freed device memory waits for a device sync (deferred release) unless
+     * RANKMEM_OMP_FREE_SYNC=0: give it back before counting. */
+    ok(rankmem_omp_flush() == RANKMEM_SUCCESS, "rankmem_omp_flush: the device syncs");
     rankmem_stats_get(st, &s);
     ok(s.count_current == 0 && s.count_total >= 20, "stats: all freed (%zu of %zu)", s.count_current,
        s.count_total);

@@ -172,6 +172,9 @@ static void test_kernel_round_trip(rankmem_resource_t *st)
        "omp_aligned_alloc(64 KiB): device memory, aligned, kernel round trip");
     omp_free(a, rankmem_omp_device_mem_alloc);
     omp_free(d, omp_null_allocator);
+    /* Freed device memory waits for a device sync (deferred release) until
+     * rankmem_omp_flush, unless RANKMEM_OMP_FREE_SYNC=0. */
+    ok(rankmem_omp_flush() == RANKMEM_SUCCESS, "rankmem_omp_flush");
     s = stats_of(st);
     ok(s.count_current == before.count_current && s.bytes_current == before.bytes_current,
        "omp_free gives both back to the rank's resource");
@@ -233,6 +236,7 @@ static void test_allocate_clause(rankmem_resource_t *st)
     unsigned long long bad[NTHREADS];
     int cuda_ok[NTHREADS] = {0};
     int nthreads = 0;
+    rankmem_omp_flush(); /* nothing of the earlier tests pending */
     size_t live_inside = 0, live_before = stats_of(st).count_current;
     for (int i = 0; i < NTHREADS; i++)
         bad[i] = (unsigned long long)-1;
@@ -261,6 +265,7 @@ static void test_allocate_clause(rankmem_resource_t *st)
 #pragma omp barrier
     }
     (void)x;
+    rankmem_omp_flush();
     int ndev = 0, nclean = 0, distinct = 1;
     for (int t = 0; t < NTHREADS; t++) {
         ndev += dev[t];
@@ -281,6 +286,7 @@ static void test_pool_size(rankmem_resource_t *st)
     /* null_fb: the pool's bytes are a hard limit. */
     omp_alloctrait_t tn[2] = {{omp_atk_pool_size, MiB}, {omp_atk_fallback, omp_atv_null_fb}};
     omp_allocator_handle_t pn = omp_init_allocator(rankmem_omp_device_mem_space, 2, tn);
+    rankmem_omp_flush(); /* the failed allocations below flush: start with nothing pending */
     size_t live0 = stats_of(st).count_current;
     void *a1 = omp_alloc(768 * KiB, pn);
     void *a2 = omp_alloc(768 * KiB, pn);
@@ -391,11 +397,14 @@ static void test_free_waits(void)
                    rkomp_test_count_async(p, n / 4, 0xfeedu, 1, 1, s) == 0;
     uintptr_t was = addr_of(p);
     omp_free(p, rankmem_omp_device_mem_alloc); /* the check kernel is still queued behind the spin */
+    /* With deferred release p is pending now: the flush gives it back after
+     * a device sync, so the allocation below may reuse it. */
+    int flushed = rankmem_omp_flush() == RANKMEM_SUCCESS;
     void *q = omp_alloc(n, rankmem_omp_device_mem_alloc);
     int over = q && rkomp_test_fill(q, n / 4, 0xbad0u, 1, NULL) == 0;
     int read = rkomp_test_counter(1, s, &bad) == 0;
     diag("the next omp_alloc %s the freed block", (uintptr_t)q == was ? "reused" : "did not reuse");
-    ok(launched && over && read && bad == 0,
+    ok(launched && flushed && over && read && bad == 0,
        "omp_free waits for a kernel still reading the block on a non-blocking stream (%llu words "
        "overwritten early)",
        bad);
@@ -432,6 +441,7 @@ int main(int argc, char **argv)
 
     ok(cudaDeviceSynchronize() == cudaSuccess && cudaGetLastError() == cudaSuccess,
        "no CUDA error left behind");
+    rankmem_omp_flush();
     rankmem_stats_t s = stats_of(st);
     ok(s.count_current == 0 && s.bytes_current == 0 && s.count_total >= 30,
        "the rank's stats: everything freed (%zu live of %zu served, %zu bytes)", s.count_current,

@@ -58,6 +58,7 @@ static void swaps_under_load(rankmem_resource_t *cur, rankmem_resource_t *st)
      * holds a reference on the current one only while it has blocks. */
     rankmem_set_current_resource(cur);
     omp_free(omp_alloc(64, rankmem_omp_device_mem_alloc), rankmem_omp_device_mem_alloc);
+    rankmem_omp_flush(); /* with a GPU, freed device memory may wait for a sync */
     rankmem_stats_t s1 = {.size = sizeof s1}, s2 = {.size = sizeof s2};
     rankmem_stats_get(st, &s1);
     rankmem_stats_get(st2, &s2);
@@ -182,6 +183,7 @@ int main(void)
     ok(clause == NTHREADS * (ITERS / 100), "allocate clauses inside: %d from rankmem", clause);
     omp_destroy_allocator(pool);
     omp_destroy_allocator(priv);
+    rankmem_omp_flush();
     rankmem_stats_t s = {.size = sizeof s};
     rankmem_stats_get(st, &s);
     ok(s.count_current == 0 && s.bytes_current == 0 && s.count_total > 0,
