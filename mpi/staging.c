@@ -183,10 +183,14 @@ static void table_put(uint64_t key, unsigned kind)
  * they hold most small messages: the brk heap (malloc's main arena, between
  * its start and the current break: the kernel's mmap, which the driver uses,
  * never places a mapping inside it) and the calling thread's own stack. */
-static uintptr_t brk_lo; /* start of the brk heap, 0 unknown */
+uintptr_t rk_stg_brk_lo = UINTPTR_MAX; /* start of the brk heap; MAX: unknown (an empty range) */
+__thread uintptr_t rk_stg_st_lo __attribute__((tls_model("initial-exec")));
+__thread uintptr_t rk_stg_st_hi __attribute__((tls_model("initial-exec")));
 
 static void known_host_init(void)
 {
+    if (fake)
+        return;
     /* start_brk is field 47 of /proc/self/stat (Linux 3.5 and later); the
      * break at init as a fallback (the heap below it is missed then). */
     FILE *f = fopen("/proc/self/stat", "r");
@@ -201,39 +205,37 @@ static void known_host_init(void)
         if (*q == ' ')
             field++;
     if (q && sscanf(q, "%llu", &v) == 1 && v)
-        brk_lo = (uintptr_t)v;
+        rk_stg_brk_lo = (uintptr_t)v;
     else
-        brk_lo = (uintptr_t)sbrk(0);
+        rk_stg_brk_lo = (uintptr_t)sbrk(0);
 }
 
-static int known_host(uintptr_t a)
+/* The calling thread's stack bounds, once per thread. */
+static void learn_stack(void)
 {
-    if (brk_lo && a >= brk_lo && a < (uintptr_t)sbrk(0))
-        return 1;
-    static __thread uintptr_t st_lo, st_hi;
-    if (!st_hi) {
-        pthread_attr_t at;
-        void *lo = NULL;
-        size_t sz = 0;
-        if (pthread_getattr_np(pthread_self(), &at) == 0) {
-            if (pthread_attr_getstack(&at, &lo, &sz) == 0 && lo && sz) {
-                st_lo = (uintptr_t)lo;
-                st_hi = (uintptr_t)lo + sz;
-            }
-            pthread_attr_destroy(&at);
+    pthread_attr_t at;
+    void *lo = NULL;
+    size_t sz = 0;
+    if (pthread_getattr_np(pthread_self(), &at) == 0) {
+        if (pthread_attr_getstack(&at, &lo, &sz) == 0 && lo && sz) {
+            rk_stg_st_lo = (uintptr_t)lo;
+            rk_stg_st_hi = (uintptr_t)lo + sz;
         }
-        if (!st_hi)
-            st_hi = 1; /* unknown: do not ask again */
+        pthread_attr_destroy(&at);
     }
-    return a >= st_lo && a < st_hi;
+    if (!rk_stg_st_hi)
+        rk_stg_st_lo = rk_stg_st_hi = 1; /* unknown: an empty range, not asked again */
 }
 
 int rk_stg_classify_slow(const void *p)
 {
     unsigned kind = RK_STG_KIND_HOST;
     uintptr_t a = (uintptr_t)p;
-    if (!fake && known_host(a))
-        return 0;
+    if (!fake && RK_STG_UNLIKELY(!rk_stg_st_hi)) {
+        learn_stack();
+        if (rk_stg_known_host(a))
+            return 0;
+    }
     if (fake) {
         if (a >= (uintptr_t)fake_base && a < (uintptr_t)fake_base + fake_bytes)
             kind = RK_STG_KIND_DEVICE;

@@ -85,10 +85,29 @@ static inline uint64_t rk_stg_entry(uint64_t key, uint64_t gen, unsigned kind)
     return (key << 22) | ((gen & 0xffffu) << 6) | kind;
 }
 
+/* Memory that is host memory for sure (staging.c): the brk heap, from its
+ * start to the current break, and the calling thread's stack (its bounds
+ * learnt at its first slow lookup). Off (empty ranges) in the test backend. */
+RK_MPI_HIDDEN extern uintptr_t rk_stg_brk_lo;
+RK_MPI_HIDDEN extern __thread uintptr_t rk_stg_st_lo __attribute__((tls_model("initial-exec")));
+RK_MPI_HIDDEN extern __thread uintptr_t rk_stg_st_hi __attribute__((tls_model("initial-exec")));
+#if defined(__GLIBC__)
+extern void *__curbrk; /* glibc's current break: what sbrk(0) returns, without the call */
+#define RK_STG_BREAK() ((uintptr_t)__curbrk)
+#else
+void *sbrk(intptr_t increment); /* <unistd.h>, whose F_* names the tests use */
+#define RK_STG_BREAK() ((uintptr_t)sbrk(0))
+#endif
+
+static inline int rk_stg_known_host(uintptr_t a)
+{
+    return (a >= rk_stg_brk_lo && a < RK_STG_BREAK()) || (a >= rk_stg_st_lo && a < rk_stg_st_hi);
+}
+
 /* Is p a device buffer this rank must stage? A few nanoseconds on a hit. */
 static inline int rk_stg_is_device(const void *p)
 {
-    if (!rk_stg_on)
+    if (!rk_stg_on || rk_stg_known_host((uintptr_t)p))
         return 0;
     uint64_t key = (uint64_t)(uintptr_t)p >> RK_STG_GRANULE_SHIFT;
     size_t i = rk_stg_slot(key);

@@ -55,16 +55,21 @@
  * Deferred release. With RANKMEM_OMP_FREE_SYNC on, device-accessible
  * memory may go back only after a device-wide wait that began after its
  * omp_free. Instead of a cudaDeviceSynchronize per free, the block leaves
- * the map (a second free of it is a foreign pointer's) and waits on its
- * shard's pending list, tagged with its device's sync epoch: `started`
+ * the map (a second free of it is a foreign pointer's) and waits on the
+ * freeing thread's pending list, tagged with its device's sync epoch: `started`
  * counts syncs begun, `done` the highest one finished. A block tagged t
  * (started read at its free) may go back once done > t: that sync began
- * after the free. A free that takes its shard's list over a few blocks or
- * its share of RANKMEM_OMP_DEFER_BYTES gives back what is releasable, or,
+ * after the free. A free that takes its thread's list over a few dozen
+ * blocks or its share of RANKMEM_OMP_DEFER_BYTES gives back what is
+ * releasable, or,
  * with nothing releasable, runs one sync (one thread per device at a time;
  * the others keep deferring up to a hard bound, then wait for it). A
  * pending block still counts as live for its entry and in the resource's
- * stats until it went back. A failed allocation, rankmem_omp_flush,
+ * stats until it went back. The list is the thread's own (in its hazard
+ * slot, below): the blocks go back from the thread that freed them, so a
+ * pool's per-thread caches get them where they left (giving other threads'
+ * blocks back made 16 threads ten times slower). A failed allocation,
+ * rankmem_omp_flush,
  * omp_destroy_allocator (its chain's blocks) and exit give back everything
  * pending. */
 #include "omp_internal.h"
@@ -83,9 +88,9 @@
 /* Pending blocks per shard: past SOFT (or the shard's byte share) a free
  * gives back what it can, or starts a sync; past HARD (or 4 shares) it
  * waits for one. TAKE: blocks given back per round (a stack array). */
-#define PEND_SOFT 8u
-#define PEND_HARD 32u
-#define PEND_TAKE 32u
+#define PEND_SOFT 32u  /* a thread's list gives back past this */
+#define PEND_HARD 64u  /* ... and never holds more */
+#define PEND_TAKE 64u
 #define DEFAULT_DEFER_BYTES ((size_t)256 << 20)
 
 /* ---- spinlock: test-and-test-and-set, pause, yield when it lasts ---- */
@@ -136,10 +141,6 @@ typedef struct shard {
     unsigned count; /* written under the lock, atomically: read without it (lookup) */
     size_t mask;    /* capacity - 1; 0 while slots is NULL */
     rkomp_block_t *slots;
-    unsigned npend; /* pending blocks: written under the lock, atomically (flush reads it) */
-    unsigned pcap;
-    size_t pbytes;
-    pend_t *pend;
     /* Per entry: blocks inserted into this shard, and blocks released
      * (HARVESTED once counted out); both under the lock. Their difference
      * is the entry's live blocks here. */
@@ -232,7 +233,15 @@ typedef struct hz_slot {
     rankmem_resource_t *mr; /* atomic; NULL when not inside a give-back */
     unsigned used;          /* atomic: claimed by a thread */
     struct hz_slot *next;   /* fixed once published */
+    /* The thread's pending blocks (deferred release): its own, but a flush
+     * from any thread takes them too, under plock. */
+    unsigned plock;
+    unsigned npend; /* written under plock, atomically (flush reads it) */
+    size_t pbytes;
+    pend_t pend[PEND_HARD];
 } __attribute__((aligned(64))) hz_slot_t;
+
+static void pend_thread_exit(hz_slot_t *h);
 
 static hz_slot_t *hz_head; /* atomic */
 static pthread_key_t hz_key;
@@ -243,6 +252,7 @@ static __thread hz_slot_t *my_hz __attribute__((tls_model("initial-exec")));
 static void hz_thread_exit(void *p)
 {
     hz_slot_t *h = p;
+    pend_thread_exit(h);
     my_hz = NULL;
     __atomic_store_n(&h->mr, NULL, __ATOMIC_RELEASE);
     __atomic_store_n(&h->used, 0u, __ATOMIC_RELEASE);
@@ -536,7 +546,7 @@ static struct epoch {
 } __attribute__((aligned(64))) epochs[RKOMP_MAX_DEVICES];
 
 static int defer_mode = -1; /* atomic: -1 unknown, 0 off, 1 device-accessible blocks, 2 test */
-static size_t shard_bytes;  /* a shard's share of RANKMEM_OMP_DEFER_BYTES (set with defer_mode) */
+static size_t thread_bytes; /* a thread's share of RANKMEM_OMP_DEFER_BYTES (set with defer_mode) */
 
 static __attribute__((noinline)) int defer_mode_slow(void)
 {
@@ -548,7 +558,7 @@ static __attribute__((noinline)) int defer_mode_slow(void)
         else if (rkomp_test_defer())
             m = 2; /* host blocks of ours deferred, with a no-op wait: tests only */
     }
-    __atomic_store_n(&shard_bytes, total / NSHARDS, __ATOMIC_RELAXED);
+    __atomic_store_n(&thread_bytes, total / 16, __ATOMIC_RELAXED);
     __atomic_store_n(&defer_mode, m, __ATOMIC_RELEASE);
     return m;
 }
@@ -607,117 +617,124 @@ static int epoch_advance(int dev, uint64_t tag, int wait)
     }
 }
 
-/* Under s's lock: move up to max releasable pending blocks (of mr only,
+/* Under h's plock: move up to max releasable pending blocks (of mr only,
  * unless NULL) to out. For the blocks that stay: *mask_p gets their
  * devices' bits and maxtag[dev] their highest tag (when mask_p). */
-static size_t pend_take(shard_t *s, rkomp_block_t *out, size_t max, const rankmem_resource_t *mr,
-                        uint64_t *mask_p, uint64_t *maxtag)
+static size_t pend_take(hz_slot_t *h, rkomp_block_t *out, size_t max,
+                        const rankmem_resource_t *mr, uint64_t *mask_p, uint64_t *maxtag)
 {
     size_t n = 0;
-    unsigned i = 0;
-    while (i < s->npend && n < max) {
-        pend_t *p = &s->pend[i];
-        if (mr && p->b.mr != mr) {
-            i++;
-            continue;
-        }
-        if (__atomic_load_n(&epochs[p->dev].done, __ATOMIC_ACQUIRE) > p->tag) {
+    unsigned i = 0, keep = 0;
+    for (; i < h->npend; i++) {
+        pend_t *p = &h->pend[i];
+        if (n < max && (!mr || p->b.mr == mr) &&
+            __atomic_load_n(&epochs[p->dev].done, __ATOMIC_ACQUIRE) > p->tag) {
             out[n++] = p->b;
-            s->pbytes -= p->b.base ? p->b.base_bytes : p->b.bytes;
-            *p = s->pend[s->npend - 1];
-            __atomic_store_n(&s->npend, s->npend - 1, __ATOMIC_RELAXED);
+            h->pbytes -= p->b.base ? p->b.base_bytes : p->b.bytes;
             continue;
         }
-        if (mask_p) {
+        if (mask_p && (!mr || p->b.mr == mr)) {
             uint64_t bit = (uint64_t)1 << p->dev;
             if (!(*mask_p & bit) || maxtag[p->dev] < p->tag)
                 maxtag[p->dev] = p->tag;
             *mask_p |= bit;
         }
-        i++;
+        if (keep != i)
+            h->pend[keep] = *p; /* oldest first: tags stay in order */
+        keep++;
     }
+    __atomic_store_n(&h->npend, keep, __ATOMIC_RELAXED);
     return n;
 }
 
-static void give_back_all(shard_t *s, rkomp_block_t *out, size_t n)
+/* Blocks out of pending lists go back, each then settled in its shard. */
+static void give_back_all(rkomp_block_t *out, size_t n)
 {
-    for (size_t k = 0; k < n; k++)
+    for (size_t k = 0; k < n; k++) {
         rkomp_give_back(&out[k], 0);
-    settle(s, out, n);
+        settle(shard_of(mix(out[k].ptr)), &out[k], 1);
+    }
 }
 
-/* Give back s's releasable pending blocks (of mr only, unless NULL). */
-static size_t drain(shard_t *s, const rankmem_resource_t *mr)
+/* Give back h's releasable pending blocks (of mr only, unless NULL). */
+static size_t drain(hz_slot_t *h, const rankmem_resource_t *mr)
 {
     rkomp_block_t out[PEND_TAKE];
     size_t total = 0, n;
     do {
-        spin_lock(&s->lock);
-        n = pend_take(s, out, PEND_TAKE, mr, NULL, NULL);
-        spin_unlock(&s->lock);
-        give_back_all(s, out, n);
+        spin_lock(&h->plock);
+        n = pend_take(h, out, PEND_TAKE, mr, NULL, NULL);
+        spin_unlock(&h->plock);
+        give_back_all(out, n);
         total += n;
     } while (n == PEND_TAKE);
     return total;
 }
 
-static void flush_at_exit(void);
+static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
 
-/* Under s's lock. */
-static int pend_grow(shard_t *s)
+/* b, just out of the map, waits in the calling thread's list for a sync of
+ * device dev that begins after now. Past the soft bound (or the thread's
+ * share of the bytes), give back what may go, or sync. */
+static __attribute__((noinline)) void defer_block(hz_slot_t *h, const rkomp_block_t *b, int dev)
 {
     static int registered;
     /* The first pending block of all: exit gives back what is still
      * pending. Registered now, after the CUDA runtime's own exit handler
      * (it made the memory), so it runs before that one. */
-    if (!__atomic_exchange_n(&registered, 1, __ATOMIC_RELAXED))
+    if (RKOMP_UNLIKELY(!__atomic_load_n(&registered, __ATOMIC_RELAXED)) &&
+        !__atomic_exchange_n(&registered, 1, __ATOMIC_RELAXED))
         atexit(flush_at_exit);
-    unsigned cap = s->pcap ? s->pcap * 2 : 2 * PEND_SOFT;
-    pend_t *n = realloc(s->pend, cap * sizeof *n);
-    if (!n)
-        return -1;
-    s->pend = n;
-    s->pcap = cap;
-    return 0;
-}
-
-static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
-
-/* Called with s locked (unlocks it): b, just out of the map, waits for a
- * sync of device dev that begins after now. Past the shard's soft bound,
- * give back what may go, or sync. */
-static __attribute__((noinline)) void defer_locked(shard_t *s, const rkomp_block_t *b, int dev)
-{
-    pend_t *p = &s->pend[s->npend];
+    spin_lock(&h->plock);
+    pend_t *p = &h->pend[h->npend];
     /* seq_cst: ordered with the syncer's increment (a sync counted after
      * this load begins after this free). */
     p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
     p->b = *b;
     p->dev = dev;
-    __atomic_store_n(&s->npend, s->npend + 1, __ATOMIC_RELAXED);
-    s->pbytes += b->base ? b->base_bytes : b->bytes;
-    size_t share = __atomic_load_n(&shard_bytes, __ATOMIC_RELAXED);
-    if (RKOMP_LIKELY(s->npend <= PEND_SOFT && s->pbytes <= share)) {
-        spin_unlock(&s->lock);
+    __atomic_store_n(&h->npend, h->npend + 1, __ATOMIC_RELAXED);
+    h->pbytes += b->base ? b->base_bytes : b->bytes;
+    size_t share = __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
+    if (RKOMP_LIKELY(h->npend <= PEND_SOFT && h->pbytes <= share)) {
+        spin_unlock(&h->plock);
         return;
     }
     rkomp_block_t out[PEND_TAKE];
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    size_t n = pend_take(s, out, PEND_TAKE, NULL, &mask, maxtag);
-    int must = s->npend > PEND_HARD || s->pbytes / 4 > share;
-    spin_unlock(&s->lock);
-    if (n) {
-        give_back_all(s, out, n);
+    size_t n = pend_take(h, out, PEND_TAKE, NULL, &mask, maxtag);
+    /* Full (the next free needs room) or far over its bytes: must wait. */
+    int must = h->npend >= PEND_HARD || h->pbytes / 4 > share;
+    spin_unlock(&h->plock);
+    if (n && !must) {
+        give_back_all(out, n);
         return;
     }
-    /* Nothing may go yet: one sync per device concerned (or, while another
-     * thread's runs, keep deferring until the hard bound). */
+    give_back_all(out, n);
+    /* One sync per device concerned (or, while another thread's runs, keep
+     * deferring until the hard bound). */
     int progress = 0;
     for (int d = 0; mask; d++, mask >>= 1)
         if ((mask & 1) && epoch_advance(d, maxtag[d], must) != 1)
             progress = 1;
     if (progress)
-        drain(s, NULL);
+        drain(h, NULL);
+}
+
+/* A thread leaves: what it left pending goes back now. */
+static void pend_thread_exit(hz_slot_t *h)
+{
+    if (!__atomic_load_n(&h->npend, __ATOMIC_RELAXED))
+        return;
+    uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
+    rkomp_block_t out[PEND_TAKE];
+    spin_lock(&h->plock);
+    size_t n = pend_take(h, out, PEND_TAKE, NULL, &mask, maxtag);
+    spin_unlock(&h->plock);
+    give_back_all(out, n);
+    for (int d = 0; mask; d++, mask >>= 1)
+        if (mask & 1)
+            epoch_advance(d, maxtag[d], 1);
+    drain(h, NULL);
 }
 
 int rkomp_map_free(const void *ptr, int *ent_p)
@@ -740,9 +757,10 @@ int rkomp_map_free(const void *ptr, int *ent_p)
     rkomp_block_t b = s->slots[i];
     remove_at(s, i);
     *ent_p = b.ent;
-    if (RKOMP_UNLIKELY(mode) && (dev = defer_dev(mode, &b)) >= 0 &&
-        (s->npend < s->pcap || pend_grow(s) == 0)) {
-        defer_locked(s, &b, dev);
+    if (RKOMP_UNLIKELY(mode) && hz && (dev = defer_dev(mode, &b)) >= 0) {
+        /* Still counted live for its entry until it went back. */
+        spin_unlock(&s->lock);
+        defer_block(hz, &b, dev);
         return 1;
     }
     /* Given back now: count the release under the lock, and keep the
@@ -769,14 +787,14 @@ int rkomp_map_free(const void *ptr, int *ent_p)
 size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
 {
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    /* Every pending block's device and latest tag... */
-    for (unsigned i = 0; i < NSHARDS; i++) {
-        shard_t *s = &shards[i];
-        if (!__atomic_load_n(&s->npend, __ATOMIC_RELAXED))
+    /* Every pending block's device and latest tag (the slots are never
+     * freed: the list may be walked without a lock)... */
+    for (hz_slot_t *h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next) {
+        if (!__atomic_load_n(&h->npend, __ATOMIC_RELAXED))
             continue;
-        spin_lock(&s->lock);
-        for (unsigned k = 0; k < s->npend; k++) {
-            pend_t *p = &s->pend[k];
+        spin_lock(&h->plock);
+        for (unsigned k = 0; k < h->npend; k++) {
+            pend_t *p = &h->pend[k];
             if (mr && p->b.mr != mr)
                 continue;
             uint64_t bit = (uint64_t)1 << p->dev;
@@ -784,7 +802,7 @@ size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
                 maxtag[p->dev] = p->tag;
             mask |= bit;
         }
-        spin_unlock(&s->lock);
+        spin_unlock(&h->plock);
     }
     if (!mask)
         return 0;
@@ -795,9 +813,9 @@ size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
             err = 1;
     /* ... then all of them go back. */
     size_t n = 0;
-    for (unsigned i = 0; i < NSHARDS; i++)
-        if (__atomic_load_n(&shards[i].npend, __ATOMIC_RELAXED))
-            n += drain(&shards[i], mr);
+    for (hz_slot_t *h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next)
+        if (__atomic_load_n(&h->npend, __ATOMIC_RELAXED))
+            n += drain(h, mr);
     if (err_p)
         *err_p = err;
     return n;

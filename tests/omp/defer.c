@@ -11,7 +11,7 @@
  * Checked: a pending block is out of the map at once (a second free is a
  * foreign pointer's) but still live in the resource's stats until
  * rankmem_omp_flush; frees past a shard's bound give blocks back without a
- * flush; a block over a shard's byte share goes back at once; a pool_size
+ * flush; a block far over a thread's byte share goes back at once; a pool_size
  * allocator full of pending blocks still serves (flush on failure);
  * omp_destroy_allocator gives its pending blocks back; a replaced current
  * resource goes once its pending blocks went back; 16 threads allocating,
@@ -62,8 +62,8 @@ static void single_thread(rankmem_resource_t *st)
     ok(rankmem_omp_flush() == RANKMEM_SUCCESS && stats_of(st).count_current == live0,
        "rankmem_omp_flush gives it back");
 
-    /* Many frees: each shard gives back what may go once it holds more than
-     * a few, so most go back without a flush. */
+    /* Many frees: the thread's list gives back what may go once it holds
+     * more than a few dozen, so most go back without a flush. */
     enum { N = 4096 };
     static void *many[N];
     int got = 0;
@@ -72,21 +72,21 @@ static void single_thread(rankmem_resource_t *st)
     for (int i = 0; i < N; i++)
         omp_free(many[i], dev);
     size_t waiting = stats_of(st).count_current - live0;
-    ok(got == N && waiting > 0 && waiting <= 256 * 9,
+    ok(got == N && waiting > 0 && waiting <= 64,
        "%d frees: %zu still waiting, the rest went back without a flush", N, waiting);
     rankmem_omp_flush();
     ok(stats_of(st).count_current == live0, "... and a flush gives the rest back");
 
-    /* A block over a shard's share of RANKMEM_OMP_DEFER_BYTES (1 MiB by
-     * default) goes back at once, after one wait. */
+    /* A block over four times a thread's share of RANKMEM_OMP_DEFER_BYTES
+     * (16 MiB by default) goes back at once, after one wait. */
     const char *db = getenv("RANKMEM_OMP_DEFER_BYTES");
     if (db && *db) {
         tap_skip(1, "RANKMEM_OMP_DEFER_BYTES is set");
     } else {
-        void *big = omp_alloc((size_t)4 << 20, dev);
+        void *big = omp_alloc((size_t)80 << 20, dev);
         omp_free(big, dev);
         ok(big && stats_of(st).count_current == live0,
-           "a 4 MiB block (over its shard's 1 MiB share) goes back at once");
+           "an 80 MiB block (over 4 times a thread's 16 MiB share) goes back at once");
     }
 
     /* A pool_size allocator full of waiting blocks still serves: the failed
