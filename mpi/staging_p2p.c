@@ -1032,10 +1032,7 @@ static int send_post(req_t *r, const void *buf, int dest, int tag, int mode, int
     int nseg = (int)((total + seg - 1) / seg);
     if (!wait_ok && rk_stg_hooked) {
         /* Nonblocking: the header now, the segments through the ring as
-         * their copies finish; later calls drive it (rk_stg_progress). The
-         * ring overlaps one message with the next, so its segments are whole
-         * chunks: 4 MiB ones moved 8.0 GB/s where 1 MiB ones moved 7.4. */
-        seg = total < rk_stg_chunk() ? total : rk_stg_chunk();
+         * their copies finish; later calls drive it (rk_stg_progress). */
         ring_init(r, wdest, total, seg);
         r->hdr = (hdr_t){MAGIC0, MAGIC1, total, (uint32_t)seg, rk_stg_next_id()};
         rc = isend_mode(&r->hdr, RK_STG_HDR_BYTES, MPI_BYTE, dest, tag, r->comm, mode, &r->first);
