@@ -1150,6 +1150,22 @@ static int send_dev(const void *buf, int count, MPI_Datatype dt, int dest, int t
     int rc = rk_stg_layout(dt, 0, count, &L);
     if (rc != MPI_SUCCESS)
         return rc;
+    if (L.contig && L.size <= RK_STG_BIG && mode != M_BSEND && !pending_now()) {
+        /* Small and contiguous: one copy, then MPI's own blocking send (no
+         * request to make, poll and free: latency is what counts here). */
+        rk_stg_buf_t hb;
+        if (rk_stg_buf_get(L.size, 1, &hb) != 0)
+            return staging_error(comm, "out of memory for a send");
+        if (L.size && rk_stg_copy_sync(hb.ptr, (const char *)buf + L.lo, L.size, RK_STG_D2H)) {
+            rk_stg_buf_put(&hb);
+            return staging_error(comm, "cannot stage a send");
+        }
+        rc = mode == M_SSEND ? PMPI_Ssend(hb.ptr - L.lo, count, dt, dest, tag, comm)
+                             : PMPI_Send(hb.ptr - L.lo, count, dt, dest, tag, comm);
+        rk_stg_buf_put(&hb);
+        rk_stg_count(L.size, rk_stg_now() - t0);
+        return rc;
+    }
     int wdest;
     if (L.contig && L.size > RK_STG_BIG && mode != M_BSEND &&
         (wdest = to_world(comm, dest)) >= 0) {
@@ -1361,6 +1377,40 @@ static int recv_staged(void *buf, int count, MPI_Datatype dt, int src, int tag, 
     MPI_Message msg;
     MPI_Status st;
     int rc;
+    rk_stg_layout_t L0;
+    if (dev && !pending_now() && rk_stg_layout(dt, 0, count, &L0) == MPI_SUCCESS && L0.contig &&
+        L0.size <= RK_STG_BIG) {
+        /* Small contiguous device receive: MPI's own receive into pinned
+         * memory, then one copy. A message that fits cannot be a header
+         * unless the sender pipelined more than the receive holds: then the
+         * 32 bytes are a header, handled as below (truncation). */
+        rk_stg_buf_t hb;
+        if (rk_stg_buf_get(L0.size, 1, &hb) != 0)
+            return staging_error(comm, "out of memory for a receive");
+        rc = PMPI_Recv(hb.ptr - L0.lo, count, dt, src, tag, comm, &st);
+        size_t bytes = rc == MPI_SUCCESS ? status_bytes(&st) : 0;
+        int mpi_rc = rc; /* MPI called the handler itself for its own errors */
+        hdr_t h;
+        if (rc == MPI_SUCCESS && bytes == RK_STG_HDR_BYTES && is_header(hb.ptr, &h)) {
+            int w = to_world(comm, st.MPI_SOURCE);
+            rc = w < 0 ? MPI_ERR_OTHER : recv_segments(buf, count, dt, dev, &h, w, comm, &copied);
+            bytes = h.total;
+        } else if (rc == MPI_SUCCESS && bytes) {
+            if (rk_stg_copy_sync((char *)buf + L0.lo, hb.ptr, bytes, RK_STG_H2D) != 0)
+                rc = MPI_ERR_OTHER;
+            copied += bytes;
+        }
+        rk_stg_buf_put(&hb);
+        if (status != MPI_STATUS_IGNORE) {
+            *status = st;
+            status_set_bytes(status, bytes);
+            status->MPI_ERROR = rc;
+        }
+        rk_stg_count(copied, rk_stg_now() - t0);
+        if (mpi_rc == MPI_SUCCESS && rc != MPI_SUCCESS)
+            PMPI_Comm_call_errhandler(comm, rc);
+        return rc;
+    }
     /* Match first (as the receive would), learn the size, then receive. */
     if (!pending_now()) {
         rc = PMPI_Mprobe(src, tag, comm, &msg, &st);

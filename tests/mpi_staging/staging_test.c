@@ -576,6 +576,32 @@ static void t_isend_barrier(size_t n)
     dev_reset();
 }
 
+/* A pipelined device message (more than 256 KiB) meets a small device
+ * receive: MPI_ERR_TRUNCATE (errors returned), and the sender completes
+ * (its segments are taken and dropped). */
+static void t_truncate(void)
+{
+    size_t n = (size_t)600 << 10, small = 1000;
+    void *sb = xalloc(DEV, n), *rb = xalloc(DEV, small);
+    fill(DEV, sb, n, me);
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    MPI_Request r;
+    int rc = MPI_Isend(sb, (int)n, MPI_BYTE, right, 620, c, &r);
+    int rrc = MPI_Recv(rb, (int)small, MPI_BYTE, left, 620, c, MPI_STATUS_IGNORE);
+    int cls = -1;
+    MPI_Error_class(rrc, &cls);
+    rc |= MPI_Wait(&r, MPI_STATUS_IGNORE);
+    mok(rc == MPI_SUCCESS && cls == MPI_ERR_TRUNCATE,
+        "a %zu-byte device message into a %zu-byte device receive: MPI_ERR_TRUNCATE (class %d), "
+        "the send completes", n, small, cls);
+    MPI_Comm_free(&c);
+    xfree(DEV, sb);
+    xfree(DEV, rb);
+    dev_reset();
+}
+
 /* Derived datatypes: a strided vector sent from one kind to the other,
  * received as a vector (holes keep their contents) and as plain ints. */
 static void t_derived(int sk, int rk, int nel)
@@ -1109,6 +1135,8 @@ int main(int argc, char **argv)
         t_progress(2 * chunk + 7 > max_bytes ? max_bytes : 2 * chunk + 7);
         t_isend_barrier(5 * chunk + 3 > max_bytes ? max_bytes : 5 * chunk + 3);
     }
+    if (!host_only && max_bytes >= ((size_t)600 << 10))
+        t_truncate();
     size_t psz[] = {32, 1000, chunk + 5 > max_bytes ? max_bytes : chunk + 5};
     for (int a = 0; a < nk; a++)
         for (int b = 0; b < nk; b++)
