@@ -88,9 +88,9 @@
 /* Pending blocks per shard: past SOFT (or the shard's byte share) a free
  * gives back what it can, or starts a sync; past HARD (or 4 shares) it
  * waits for one. TAKE: blocks given back per round (a stack array). */
-#define PEND_SOFT 32u  /* a thread's list gives back past this */
-#define PEND_HARD 64u  /* ... and never holds more */
-#define PEND_TAKE 64u
+#define PEND_SOFT 64u  /* a thread's list gives back past this */
+#define PEND_HARD 128u /* ... and never holds more */
+#define PEND_TAKE 128u
 #define DEFAULT_DEFER_BYTES ((size_t)256 << 20)
 
 /* ---- spinlock: test-and-test-and-set, pause, yield when it lasts ---- */
@@ -134,7 +134,14 @@ typedef struct pend {
     rkomp_block_t b;
     uint64_t tag; /* its device's `started` at the free */
     int dev;
+    int after;    /* AFTER_*: what its give-back still owes the block's entry */
 } pend_t;
+/* A pending block's release is counted when it leaves the map, under the
+ * shard lock already held (its resource then stays alive through the
+ * pending list: drop_ref gives back that resource's pending blocks first).
+ * Left for after the give-back: nothing, the entry's `remaining` (the
+ * entry was harvested with the block live), or the block's own reference. */
+enum { AFTER_NONE = 0, AFTER_HARVESTED, AFTER_OWN_REF };
 
 typedef struct shard {
     unsigned lock;
@@ -292,7 +299,8 @@ static __attribute__((noinline)) hz_slot_t *hz_register(void)
 }
 
 /* Drop one of the layer's references on mr: first wait until no free is
- * still inside rankmem_deallocate of mr. Never called with a lock held. */
+ * still inside rankmem_deallocate of mr or on its way into a pending list,
+ * then give back mr's pending blocks. Never called with a lock held. */
 static void drop_ref(rankmem_resource_t *mr)
 {
     for (hz_slot_t *h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next)
@@ -302,6 +310,7 @@ static void drop_ref(rankmem_resource_t *mr)
             else
                 sched_yield();
         }
+    rkomp_map_flush(mr, NULL);
     rankmem_resource_release(mr);
 }
 
@@ -620,7 +629,7 @@ static int epoch_advance(int dev, uint64_t tag, int wait)
 /* Under h's plock: move up to max releasable pending blocks (of mr only,
  * unless NULL) to out. For the blocks that stay: *mask_p gets their
  * devices' bits and maxtag[dev] their highest tag (when mask_p). */
-static size_t pend_take(hz_slot_t *h, rkomp_block_t *out, size_t max,
+static size_t pend_take(hz_slot_t *h, pend_t *out, size_t max,
                         const rankmem_resource_t *mr, uint64_t *mask_p, uint64_t *maxtag)
 {
     size_t n = 0;
@@ -629,7 +638,7 @@ static size_t pend_take(hz_slot_t *h, rkomp_block_t *out, size_t max,
         pend_t *p = &h->pend[i];
         if (n < max && (!mr || p->b.mr == mr) &&
             __atomic_load_n(&epochs[p->dev].done, __ATOMIC_ACQUIRE) > p->tag) {
-            out[n++] = p->b;
+            out[n++] = *p;
             h->pbytes -= p->b.base ? p->b.base_bytes : p->b.bytes;
             continue;
         }
@@ -647,19 +656,22 @@ static size_t pend_take(hz_slot_t *h, rkomp_block_t *out, size_t max,
     return n;
 }
 
-/* Blocks out of pending lists go back, each then settled in its shard. */
-static void give_back_all(rkomp_block_t *out, size_t n)
+/* Blocks out of pending lists go back, then what each still owes. */
+static void give_back_all(pend_t *out, size_t n)
 {
     for (size_t k = 0; k < n; k++) {
-        rkomp_give_back(&out[k], 0);
-        settle(shard_of(mix(out[k].ptr)), &out[k], 1);
+        rkomp_give_back(&out[k].b, 0);
+        if (out[k].after == AFTER_HARVESTED)
+            rel_harvested(out[k].b.ent);
+        else if (out[k].after == AFTER_OWN_REF)
+            rankmem_resource_release(out[k].b.mr);
     }
 }
 
 /* Give back h's releasable pending blocks (of mr only, unless NULL). */
 static size_t drain(hz_slot_t *h, const rankmem_resource_t *mr)
 {
-    rkomp_block_t out[PEND_TAKE];
+    pend_t out[PEND_TAKE];
     size_t total = 0, n;
     do {
         spin_lock(&h->plock);
@@ -671,12 +683,38 @@ static size_t drain(hz_slot_t *h, const rankmem_resource_t *mr)
     return total;
 }
 
+/* Past the soft bound (or the thread's share of the bytes): give back what
+ * may go, or sync. */
+static __attribute__((noinline)) void pend_over(hz_slot_t *h)
+{
+    pend_t out[PEND_TAKE];
+    uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
+    size_t share = __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
+    spin_lock(&h->plock);
+    size_t n = pend_take(h, out, PEND_TAKE, NULL, &mask, maxtag);
+    /* Full (the next free needs room) or far over its bytes: must wait. */
+    int must = h->npend >= PEND_HARD - 1 || h->pbytes / 4 > share;
+    spin_unlock(&h->plock);
+    give_back_all(out, n);
+    if (n && !must)
+        return;
+    /* One sync per device concerned (or, while another thread's runs, keep
+     * deferring until the hard bound). */
+    int progress = 0;
+    for (int d = 0; mask; d++, mask >>= 1)
+        if ((mask & 1) && epoch_advance(d, maxtag[d], must) != 1)
+            progress = 1;
+    if (progress)
+        drain(h, NULL);
+}
+
 static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
 
-/* b, just out of the map, waits in the calling thread's list for a sync of
- * device dev that begins after now. Past the soft bound (or the thread's
- * share of the bytes), give back what may go, or sync. */
-static __attribute__((noinline)) void defer_block(hz_slot_t *h, const rkomp_block_t *b, int dev)
+/* b, just out of the map (its release counted, as `after` says), waits in
+ * the calling thread's list for a sync of device dev that begins after now.
+ * 1 when the list went over its bounds (the caller then calls pend_over,
+ * once its hazard is clear). */
+static inline int pend_push(hz_slot_t *h, const rkomp_block_t *b, int dev, int after)
 {
     static int registered;
     /* The first pending block of all: exit gives back what is still
@@ -692,32 +730,12 @@ static __attribute__((noinline)) void defer_block(hz_slot_t *h, const rkomp_bloc
     p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
     p->b = *b;
     p->dev = dev;
+    p->after = after;
     __atomic_store_n(&h->npend, h->npend + 1, __ATOMIC_RELAXED);
     h->pbytes += b->base ? b->base_bytes : b->bytes;
-    size_t share = __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
-    if (RKOMP_LIKELY(h->npend <= PEND_SOFT && h->pbytes <= share)) {
-        spin_unlock(&h->plock);
-        return;
-    }
-    rkomp_block_t out[PEND_TAKE];
-    uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    size_t n = pend_take(h, out, PEND_TAKE, NULL, &mask, maxtag);
-    /* Full (the next free needs room) or far over its bytes: must wait. */
-    int must = h->npend >= PEND_HARD || h->pbytes / 4 > share;
+    int over = h->npend > PEND_SOFT || h->pbytes > __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
     spin_unlock(&h->plock);
-    if (n && !must) {
-        give_back_all(out, n);
-        return;
-    }
-    give_back_all(out, n);
-    /* One sync per device concerned (or, while another thread's runs, keep
-     * deferring until the hard bound). */
-    int progress = 0;
-    for (int d = 0; mask; d++, mask >>= 1)
-        if ((mask & 1) && epoch_advance(d, maxtag[d], must) != 1)
-            progress = 1;
-    if (progress)
-        drain(h, NULL);
+    return over;
 }
 
 /* A thread leaves: what it left pending goes back now. */
@@ -726,7 +744,7 @@ static void pend_thread_exit(hz_slot_t *h)
     if (!__atomic_load_n(&h->npend, __ATOMIC_RELAXED))
         return;
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    rkomp_block_t out[PEND_TAKE];
+    pend_t out[PEND_TAKE];
     spin_lock(&h->plock);
     size_t n = pend_take(h, out, PEND_TAKE, NULL, &mask, maxtag);
     spin_unlock(&h->plock);
@@ -758,9 +776,23 @@ int rkomp_map_free(const void *ptr, int *ent_p)
     remove_at(s, i);
     *ent_p = b.ent;
     if (RKOMP_UNLIKELY(mode) && hz && (dev = defer_dev(mode, &b)) >= 0) {
-        /* Still counted live for its entry until it went back. */
+        /* Counted as released now; the hazard keeps the resource until the
+         * block is in the list, where drop_ref finds it. */
+        int after = AFTER_NONE, guard = 0;
+        if (b.ent >= 0) {
+            if (count_release_locked(s, b.ent))
+                after = AFTER_HARVESTED;
+            else
+                __atomic_store_n(&hz->mr, b.mr, __ATOMIC_RELEASE), guard = 1;
+        } else if (b.ent == RKOMP_ENT_OWN) {
+            after = AFTER_OWN_REF;
+        }
         spin_unlock(&s->lock);
-        defer_block(hz, &b, dev);
+        int over = pend_push(hz, &b, dev, after);
+        if (guard)
+            __atomic_store_n(&hz->mr, NULL, __ATOMIC_RELEASE);
+        if (RKOMP_UNLIKELY(over))
+            pend_over(hz);
         return 1;
     }
     /* Given back now: count the release under the lock, and keep the

@@ -131,12 +131,11 @@ static void single_thread(rankmem_resource_t *st)
     void *r = omp_alloc(1000, dev);
     rankmem_set_current_resource(st);
     omp_free(r, dev);
-    omp_free(omp_alloc(64, dev), dev); /* notices the swap */
     ok(st2->refcount == 2, "the replaced resource is held for its waiting block (%lu)",
        st2->refcount);
-    rankmem_omp_flush();
+    omp_free(omp_alloc(64, dev), dev); /* notices the swap: retires the entry */
     ok(stats_of(st2).count_current == 0 && st2->refcount == 1,
-       "after the flush it is given back, and the resource's reference goes (%lu)",
+       "once the swap is noticed its waiting block goes back, then the layer's reference (%lu)",
        st2->refcount);
     rankmem_resource_release(st2);
     rankmem_omp_flush();
