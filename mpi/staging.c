@@ -376,7 +376,10 @@ static cudaEvent_t ev_get(void)
 /* The test backend's copies are done on return: its events are this. */
 static char fake_event;
 
-int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
+/* A copy on dir's stream, followed by an event (*ev_p) or, when wait, by
+ * waiting on the stream itself (no event to take, record and give back: a
+ * small message's latency is two such copies). */
+static int copy_on_stream(void *dst, const void *src, size_t n, int dir, void **ev_p, int wait)
 {
     if (ev_p)
         *ev_p = NULL;
@@ -400,6 +403,8 @@ int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
     int rc = 0;
     cudaError_t err = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, streams[dir])
                         : cudaSuccess;
+    if (err == cudaSuccess && wait)
+        err = cudaStreamSynchronize(streams[dir]);
     if (err != cudaSuccess) {
         rc = cu_fail(dir == RK_STG_D2H ? "device-to-host copy" : "host-to-device copy", err);
     } else if (ev_p) {
@@ -415,10 +420,15 @@ int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
         cudaSetDevice(prev);
     return rc;
 #else
-    (void)dst, (void)src, (void)n, (void)dir;
+    (void)dst, (void)src, (void)n, (void)dir, (void)wait;
     rk_mpi_warn("staging: a device copy in a build without a GPU runtime");
     return -1;
 #endif
+}
+
+int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
+{
+    return copy_on_stream(dst, src, n, dir, ev_p, 0);
 }
 
 int rk_stg_event_test(void *ev)
@@ -469,34 +479,7 @@ void rk_stg_event_put(void *ev)
 
 int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir)
 {
-#if HAVE_GPU
-    if (!fake) {
-        /* Wait on the stream itself: no event to take, record and give back
-         * (a small message's latency is two of these copies). */
-        if (make_streams() != 0)
-            return -1;
-        int prev = -1;
-        if (stg_device >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != stg_device)
-            cudaSetDevice(stg_device);
-        else
-            prev = -1;
-        cudaError_t err = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, streams[dir])
-                            : cudaSuccess;
-        if (err == cudaSuccess)
-            err = cudaStreamSynchronize(streams[dir]);
-        if (prev >= 0)
-            cudaSetDevice(prev);
-        if (err != cudaSuccess)
-            return cu_fail(dir == RK_STG_D2H ? "device-to-host copy" : "host-to-device copy", err);
-        return 0;
-    }
-#endif
-    void *ev = NULL;
-    if (rk_stg_copy(dst, src, n, dir, &ev) != 0)
-        return -1;
-    int rc = rk_stg_event_wait(ev);
-    rk_stg_event_put(ev);
-    return rc;
+    return copy_on_stream(dst, src, n, dir, NULL, 1);
 }
 
 /* ---- host memory: the pinned pool, a few cached big buffers, malloc ---- */
