@@ -683,6 +683,7 @@ void rk_stg_buf_put(rk_stg_buf_t *b)
 
 /* An option's value: librankmem's table when it knows it, else the environment. */
 static void progress_hook(int on);
+static int ring_wanted = 1; /* RANKMEM_STAGING_RING */
 
 static const char *option(const char *name)
 {
@@ -785,6 +786,12 @@ void rk_mpi_staging_init(void)
     if (!why[0] && pool_bytes / chunk_bytes > 65536)
         snprintf(why, sizeof why,
                  "RANKMEM_STAGING_POOL / RANKMEM_STAGING_CHUNK is over 65536 chunks");
+    const char *rv = option("RANKMEM_STAGING_RING");
+    if (!why[0] && rv && rankmem_parse_bool(rv, &ring_wanted) != RANKMEM_SUCCESS) {
+        rankmem_clear_error();
+        snprintf(why, sizeof why,
+                 "RANKMEM_STAGING_RING='%.40s': expected 1/0, on/off, yes/no or true/false", rv);
+    }
 
     const char *how = "";
     int aware = mpi_cuda_aware(&how);
@@ -869,8 +876,7 @@ static void progress_hook(int on)
 {
     typedef int (*reg_fn)(opal_cb_t);
     if (on) {
-        const char *v = option("RANKMEM_STAGING_RING");
-        if (v && (!strcmp(v, "0") || !strcmp(v, "off") || !strcmp(v, "no") || !strcmp(v, "false")))
+        if (!ring_wanted)
             return;
         reg_fn reg = (reg_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "opal_progress_register");
         if (reg && reg(opal_cb) == 0)

@@ -345,6 +345,15 @@ static void alist_del(req_t *r)
 
 static long ring_msgs; /* messages that went through the ring (verbose) */
 
+static void slot_clear(req_t *r, int i)
+{
+    r->slot[i].seg = -1;
+    r->slot[i].state = R_FREE;
+    r->slot[i].ev = NULL;
+    r->slot[i].rq = MPI_REQUEST_NULL;
+    memset(&r->slot[i].b, 0, sizeof r->slot[i].b);
+}
+
 static void ring_init(req_t *r, int peer, size_t total, size_t seg)
 {
     ring_msgs++;
@@ -354,13 +363,8 @@ static void ring_init(req_t *r, int peer, size_t total, size_t seg)
     r->seg = seg;
     r->nseg = (int)((total + seg - 1) / seg);
     r->next_start = r->next_post = r->ndone = r->nslots = 0;
-    for (int i = 0; i < RK_STG_DEPTH; i++) {
-        r->slot[i].seg = -1;
-        r->slot[i].state = R_FREE;
-        r->slot[i].ev = NULL;
-        r->slot[i].rq = MPI_REQUEST_NULL;
-        memset(&r->slot[i].b, 0, sizeof r->slot[i].b);
-    }
+    for (int i = 0; i < RK_STG_DEPTH; i++)
+        slot_clear(r, i);
 }
 
 static size_t seg_len(size_t total, size_t seg, int k);
@@ -392,13 +396,9 @@ static int ring_take(req_t *r, int i, int dir)
 static void ring_free(req_t *r, int i, int dir, int keep)
 {
     rk_stg_event_put(r->slot[i].ev);
-    r->slot[i].ev = NULL;
     if (!keep)
         rk_stg_buf_put(&r->slot[i].b);
-    memset(&r->slot[i].b, 0, sizeof r->slot[i].b);
-    r->slot[i].state = R_FREE;
-    r->slot[i].seg = -1;
-    r->slot[i].rq = MPI_REQUEST_NULL;
+    slot_clear(r, i);
     r->nslots--;
     r->ndone++;
     ring_inuse[dir]--;
@@ -521,6 +521,15 @@ static int ring_advance(req_t *r)
 
 static int advance_locked(req_t *r);
 
+/* Advance every ring request (each may leave the list). Under eng. */
+static void alist_advance(void)
+{
+    for (req_t *r = alist, *next; r; r = next) {
+        next = r->anext;
+        advance_locked(r);
+    }
+}
+
 /* From MPI's progress engine (staging.c): advance the ring requests, unless
  * another thread is at it or this one is already inside the engine lock
  * (our own MPI calls under it progress too). */
@@ -530,10 +539,7 @@ int rk_stg_ring_poll(void)
     if (inside || pthread_mutex_trylock(&eng) != 0)
         return 0;
     inside = 1;
-    for (req_t *r = alist, *next; r; r = next) {
-        next = r->anext;
-        advance_locked(r);
-    }
+    alist_advance();
     inside = 0;
     pthread_mutex_unlock(&eng);
     return 0;
@@ -597,13 +603,6 @@ static int req_publish(req_t *r, MPI_Request *user)
 
 static void req_release(req_t *r)
 {
-    /* A ring request ends with its slots free; any left (an error path)
-     * still go back, unless MPI may read them. */
-    for (int i = 0; r->ring && i < RK_STG_DEPTH; i++) {
-        rk_stg_event_put(r->slot[i].ev);
-        if (r->slot[i].b.kind && !r->leak)
-            rk_stg_buf_put(&r->slot[i].b);
-    }
     for (int i = 0; i < r->nevs; i++)
         rk_stg_event_put(r->evs ? r->evs[i] : NULL);
     free(r->evs);
@@ -961,10 +960,7 @@ void rk_stg_progress(void)
                 on_first(r, &sts[j]);
             }
     }
-    for (req_t *r = alist, *next; r; r = next) {
-        next = r->anext;
-        advance_locked(r);
-    }
+    alist_advance();
     req_t *done[16];
     int nd = 0;
     if (ndetached)
@@ -1369,47 +1365,71 @@ static int recv_segments(void *buf, int count, MPI_Datatype dt, int dev, const h
 
 /* A blocking receive that may meet a header (device buffer, or a host
  * buffer of more than RK_STG_BIG bytes). */
+/* If the 32 bytes at img are a header (the first message's status st):
+ * receive its segments into (buf, count, dt); *bytes becomes the message's
+ * size. -1 when they are data. */
+static int header_segments(const void *img, const MPI_Status *st, void *buf, int count,
+                           MPI_Datatype dt, int dev, MPI_Comm comm, size_t *bytes, size_t *copied)
+{
+    hdr_t h;
+    if (!is_header(img, &h))
+        return -1;
+    *bytes = h.total;
+    int w = to_world(comm, st->MPI_SOURCE);
+    return w < 0 ? MPI_ERR_OTHER : recv_segments(buf, count, dt, dev, &h, w, comm, copied);
+}
+
+/* The end of a blocking staged receive: the user's status, the count, and
+ * the communicator's handler for an error of ours (mpi_rc: an MPI call's own
+ * error, for which MPI called the handler already). */
+static int recv_done(MPI_Comm comm, MPI_Status *status, const MPI_Status *st, size_t bytes,
+                     int rc, int mpi_rc, int dev, size_t copied, uint64_t t0)
+{
+    if (status != MPI_STATUS_IGNORE) {
+        *status = *st;
+        status_set_bytes(status, bytes);
+        status->MPI_ERROR = rc;
+    }
+    if (dev || copied)
+        rk_stg_count(copied, rk_stg_now() - t0);
+    if (rc != MPI_SUCCESS && mpi_rc == MPI_SUCCESS)
+        PMPI_Comm_call_errhandler(comm, rc);
+    return rc;
+}
+
+/* A blocking receive that may meet a header (device buffer, or a host
+ * buffer of more than RK_STG_BIG bytes). */
 static int recv_staged(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,
                        MPI_Status *status, int dev)
 {
     uint64_t t0 = rk_stg_now();
-    size_t copied = 0;
+    size_t copied = 0, bytes = 0;
     MPI_Message msg;
     MPI_Status st;
-    int rc;
-    rk_stg_layout_t L0;
-    if (dev && !pending_now() && rk_stg_layout(dt, 0, count, &L0) == MPI_SUCCESS && L0.contig &&
-        L0.size <= RK_STG_BIG) {
+    int rc, mpi_rc;
+    rk_stg_layout_t L;
+    if ((rc = rk_stg_layout(dt, 0, count, &L)) != MPI_SUCCESS)
+        return rc;
+    if (dev && !pending_now() && L.contig && L.size <= RK_STG_BIG) {
         /* Small contiguous device receive: MPI's own receive into pinned
          * memory, then one copy. A message that fits cannot be a header
          * unless the sender pipelined more than the receive holds: then the
-         * 32 bytes are a header, handled as below (truncation). */
+         * 32 bytes are a header (a truncation, told as below). */
         rk_stg_buf_t hb;
-        if (rk_stg_buf_get(L0.size, 1, &hb) != 0)
+        if (rk_stg_buf_get(L.size, 1, &hb) != 0)
             return staging_error(comm, "out of memory for a receive");
-        rc = PMPI_Recv(hb.ptr - L0.lo, count, dt, src, tag, comm, &st);
-        size_t bytes = rc == MPI_SUCCESS ? status_bytes(&st) : 0;
-        int mpi_rc = rc; /* MPI called the handler itself for its own errors */
-        hdr_t h;
-        if (rc == MPI_SUCCESS && bytes == RK_STG_HDR_BYTES && is_header(hb.ptr, &h)) {
-            int w = to_world(comm, st.MPI_SOURCE);
-            rc = w < 0 ? MPI_ERR_OTHER : recv_segments(buf, count, dt, dev, &h, w, comm, &copied);
-            bytes = h.total;
-        } else if (rc == MPI_SUCCESS && bytes) {
-            if (rk_stg_copy_sync((char *)buf + L0.lo, hb.ptr, bytes, RK_STG_H2D) != 0)
-                rc = MPI_ERR_OTHER;
+        rc = mpi_rc = PMPI_Recv(hb.ptr - L.lo, count, dt, src, tag, comm, &st);
+        bytes = rc == MPI_SUCCESS ? status_bytes(&st) : 0;
+        if (rc == MPI_SUCCESS && bytes == RK_STG_HDR_BYTES)
+            rc = header_segments(hb.ptr, &st, buf, count, dt, dev, comm, &bytes, &copied);
+        if (rc == -1 || (rc == MPI_SUCCESS && bytes && !copied)) {
+            rc = rk_stg_copy_sync((char *)buf + L.lo, hb.ptr, bytes, RK_STG_H2D) != 0
+                     ? MPI_ERR_OTHER
+                     : MPI_SUCCESS;
             copied += bytes;
         }
         rk_stg_buf_put(&hb);
-        if (status != MPI_STATUS_IGNORE) {
-            *status = st;
-            status_set_bytes(status, bytes);
-            status->MPI_ERROR = rc;
-        }
-        rk_stg_count(copied, rk_stg_now() - t0);
-        if (mpi_rc == MPI_SUCCESS && rc != MPI_SUCCESS)
-            PMPI_Comm_call_errhandler(comm, rc);
-        return rc;
+        return recv_done(comm, status, &st, bytes, rc, mpi_rc, dev, copied, t0);
     }
     /* Match first (as the receive would), learn the size, then receive. */
     if (!pending_now()) {
@@ -1422,47 +1442,39 @@ static int recv_staged(void *buf, int count, MPI_Datatype dt, int src, int tag, 
     }
     if (rc != MPI_SUCCESS)
         return rc;
-    size_t bytes = status_bytes(&st);
+    bytes = status_bytes(&st);
     MPI_Status st2;
     if (bytes == RK_STG_HDR_BYTES) {
         char tmp[RK_STG_HDR_BYTES];
-        hdr_t h;
         rc = PMPI_Mrecv(tmp, RK_STG_HDR_BYTES, MPI_BYTE, &msg, &st2);
         if (rc != MPI_SUCCESS)
             return rc;
-        if (is_header(tmp, &h)) {
-            int w = to_world(comm, st.MPI_SOURCE);
-            rc = w < 0 ? MPI_ERR_OTHER
-                       : recv_segments(buf, count, dt, dev, &h, w, comm, &copied);
-            bytes = h.total;
-        } else {
+        rc = header_segments(tmp, &st, buf, count, dt, dev, comm, &bytes, &copied);
+        if (rc == -1)
             rc = deliver(buf, count, dt, dev, tmp, bytes, comm, &copied);
-        }
+        mpi_rc = MPI_SUCCESS;
     } else if (!dev) {
-        rc = PMPI_Mrecv(buf, count, dt, &msg, &st2);
+        rc = mpi_rc = PMPI_Mrecv(buf, count, dt, &msg, &st2);
         bytes = status_bytes(&st2);
     } else if (bytes == 0) {
         char dummy[8];
-        rc = PMPI_Mrecv(dummy, 0, MPI_BYTE, &msg, &st2);
+        rc = mpi_rc = PMPI_Mrecv(dummy, 0, MPI_BYTE, &msg, &st2);
     } else {
-        rk_stg_layout_t L;
         rk_stg_buf_t hb;
-        rc = rk_stg_layout(dt, 0, count, &L);
-        if (rc != MPI_SUCCESS)
-            return rc;
         /* Contiguous: room for what came (MPI reports truncation itself);
          * otherwise the whole region, filled from the device first so that
          * the holes keep their contents. */
         size_t room = L.contig ? (bytes < L.size ? bytes : L.size) : L.span;
         if (rk_stg_buf_get(room, 1, &hb) != 0)
             return staging_error(comm, "out of memory for a receive");
+        mpi_rc = MPI_SUCCESS;
         if (!L.contig) {
             if (rk_stg_copy_sync(hb.ptr, (char *)buf + L.lo, L.span, RK_STG_D2H) != 0)
                 rc = MPI_ERR_OTHER;
             copied += L.span;
         }
         if (rc == MPI_SUCCESS)
-            rc = PMPI_Mrecv(hb.ptr - L.lo, count, dt, &msg, &st2);
+            rc = mpi_rc = PMPI_Mrecv(hb.ptr - L.lo, count, dt, &msg, &st2);
         if (rc == MPI_SUCCESS) {
             bytes = status_bytes(&st2);
             size_t n = L.contig ? bytes : L.span;
@@ -1472,16 +1484,7 @@ static int recv_staged(void *buf, int count, MPI_Datatype dt, int src, int tag, 
         }
         rk_stg_buf_put(&hb);
     }
-    if (status != MPI_STATUS_IGNORE) {
-        *status = st;
-        status_set_bytes(status, bytes);
-        status->MPI_ERROR = rc;
-    }
-    if (dev || copied)
-        rk_stg_count(copied, rk_stg_now() - t0);
-    if (rc == MPI_ERR_TRUNCATE || rc == MPI_ERR_OTHER || rc == MPI_ERR_NO_MEM)
-        PMPI_Comm_call_errhandler(comm, rc);
-    return rc;
+    return recv_done(comm, status, &st, bytes, rc, mpi_rc, dev, copied, t0);
 }
 
 /* A nonblocking receive that may meet a header. */
@@ -1713,9 +1716,6 @@ static int send_any(const void *buf, int count, MPI_Datatype dt, int dest, int t
     /* A host send while staged receives wait for headers: poll. */
     MPI_Request r;
     int rc = isend_mode(buf, count, dt, dest, tag, comm, mode, &r);
-    if (mode == M_RSEND && rc == MPI_SUCCESS) {
-        /* (isend_mode made it standard; a host ready send stays ready.) */
-    }
     return rc == MPI_SUCCESS ? rk_stg_wait(&r, MPI_STATUS_IGNORE) : rc;
 }
 

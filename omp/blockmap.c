@@ -521,28 +521,13 @@ static void rel_harvested(int e)
         ent_drop(e);
 }
 
-/* Blocks of shard s that went back (rkomp_give_back done): stop counting
- * them for their resources. */
-static void settle(shard_t *s, const rkomp_block_t *b, size_t n)
+/* What a block's give-back still owes its entry or resource (AFTER_*). */
+static void settle_after(const rkomp_block_t *b, int after)
 {
-    unsigned char harvested[PEND_TAKE > 1 ? PEND_TAKE : 1];
-    int any = 0;
-    for (size_t k = 0; k < n; k++)
-        any |= b[k].ent >= 0;
-    if (any) {
-        spin_lock(&s->lock);
-        for (size_t k = 0; k < n; k++)
-            harvested[k] = b[k].ent >= 0 && count_release_locked(s, b[k].ent);
-        spin_unlock(&s->lock);
-    }
-    for (size_t k = 0; k < n; k++) {
-        if (b[k].ent >= 0) {
-            if (harvested[k])
-                rel_harvested(b[k].ent);
-        } else if (b[k].ent == RKOMP_ENT_OWN) {
-            rankmem_resource_release(b[k].mr);
-        }
-    }
+    if (after == AFTER_HARVESTED)
+        rel_harvested(b->ent);
+    else if (after == AFTER_OWN_REF)
+        rankmem_resource_release(b->mr);
 }
 
 /* ---- deferral: per-device sync epochs, pending lists ---- */
@@ -661,10 +646,7 @@ static void give_back_all(pend_t *out, size_t n)
 {
     for (size_t k = 0; k < n; k++) {
         rkomp_give_back(&out[k].b, 0);
-        if (out[k].after == AFTER_HARVESTED)
-            rel_harvested(out[k].b.ent);
-        else if (out[k].after == AFTER_OWN_REF)
-            rankmem_resource_release(out[k].b.mr);
+        settle_after(&out[k].b, out[k].after);
     }
 }
 
@@ -775,19 +757,23 @@ int rkomp_map_free(const void *ptr, int *ent_p)
     rkomp_block_t b = s->slots[i];
     remove_at(s, i);
     *ent_p = b.ent;
+    /* The release is counted now, under this lock; the hazard keeps the
+     * resource until the block went back, or is in the thread's pending
+     * list where drop_ref finds it. Without a hazard slot (no memory), it is
+     * counted after the give-back, under the lock again. */
+    int after = AFTER_NONE, guard = 0, late = 0;
+    if (b.ent >= 0) {
+        if (RKOMP_UNLIKELY(!hz))
+            late = 1;
+        else if (count_release_locked(s, b.ent))
+            after = AFTER_HARVESTED;
+        else
+            __atomic_store_n(&hz->mr, b.mr, __ATOMIC_RELEASE), guard = 1;
+    } else if (b.ent == RKOMP_ENT_OWN) {
+        after = AFTER_OWN_REF;
+    }
+    spin_unlock(&s->lock);
     if (RKOMP_UNLIKELY(mode) && hz && (dev = defer_dev(mode, &b)) >= 0) {
-        /* Counted as released now; the hazard keeps the resource until the
-         * block is in the list, where drop_ref finds it. */
-        int after = AFTER_NONE, guard = 0;
-        if (b.ent >= 0) {
-            if (count_release_locked(s, b.ent))
-                after = AFTER_HARVESTED;
-            else
-                __atomic_store_n(&hz->mr, b.mr, __ATOMIC_RELEASE), guard = 1;
-        } else if (b.ent == RKOMP_ENT_OWN) {
-            after = AFTER_OWN_REF;
-        }
-        spin_unlock(&s->lock);
         int over = pend_push(hz, &b, dev, after);
         if (guard)
             __atomic_store_n(&hz->mr, NULL, __ATOMIC_RELEASE);
@@ -795,24 +781,15 @@ int rkomp_map_free(const void *ptr, int *ent_p)
             pend_over(hz);
         return 1;
     }
-    /* Given back now: count the release under the lock, and keep the
-     * resource from going (hazard) until rankmem_deallocate returned. */
-    int counted = 0, harvested = 0;
-    if (b.ent >= 0 && hz) {
-        harvested = count_release_locked(s, b.ent);
-        if (!harvested) {
-            __atomic_store_n(&hz->mr, b.mr, __ATOMIC_RELEASE);
-            counted = 1;
-        }
-    }
-    spin_unlock(&s->lock);
     rkomp_give_back(&b, 1);
-    if (RKOMP_LIKELY(counted))
+    if (RKOMP_LIKELY(guard))
         __atomic_store_n(&hz->mr, NULL, __ATOMIC_RELEASE);
-    else if (harvested)
-        rel_harvested(b.ent);
-    else
-        settle(s, &b, 1); /* no hazard slot, own reference, or nothing held */
+    if (RKOMP_UNLIKELY(late)) {
+        spin_lock(&s->lock);
+        after = count_release_locked(s, b.ent) ? AFTER_HARVESTED : AFTER_NONE;
+        spin_unlock(&s->lock);
+    }
+    settle_after(&b, after);
     return 1;
 }
 
