@@ -645,7 +645,7 @@ RKOMP_EXPORT rankmem_status_t rankmem_omp_block_info(const void *ptr, size_t *by
 RKOMP_EXPORT rankmem_status_t rankmem_omp_flush(void)
 {
     int err = 0;
-    rkomp_map_flush(NULL, &err); /* nothing pending (deferral off): a scan of 256 counts */
+    rkomp_map_flush(NULL, &err); /* nothing pending (deferral off): a scan of the threads' counts */
     return err ? RANKMEM_ERR_DEVICE : RANKMEM_SUCCESS;
 }
 

@@ -1,99 +1,97 @@
 /* Live blocks of ours: pointer -> block, and which resources they keep alive.
  *
  * The map. omp_free has no size and device memory has no room for a
- * header, so every block is recorded here: 256 shards, each an
- * open-addressing table (linear probing, backward-shift deletion, so no
- * tombstones) under its own spinlock, one cache line apart. The shard and
- * the slot come from different bits of one mixed hash, so the blocks of any
- * one thread spread over all shards and threads rarely meet on a lock; a
- * critical section is a probe and a 64-byte copy, too short to be worth a
- * futex sleep.
+ * header, so every block is recorded here, in the map of the thread that
+ * allocated it: an open-addressing table (linear probing, backward-shift
+ * deletion, so no tombstones) under a lock biased to that thread (src/bias.h).
+ * A thread that frees what it allocated, the usual case in OpenMP codes,
+ * finds the block in its own map and takes no lock-prefixed instruction and
+ * touches no line another core writes; 256 shared shards, the previous
+ * design, cost two locked operations and, under 16 threads, two cache-line
+ * transfers per pair. A block freed by another thread is found by looking
+ * through the other maps under their real locks (the first such visit
+ * revokes the owner's bias, which the owner takes back after a while), past
+ * maps that are empty or never held a block in the pointer's region.
  *
  * Resource entries. A block must keep the resource it came from alive until
  * it is freed (the application may replace the current resource, or destroy
  * the allocator, with blocks live). A reference per block would be a
  * read-modify-write of the resource's one shared counter at every omp_alloc
- * and omp_free: under 16 threads that line bounces between cores and drags
- * the resource's read-mostly fields (ops, props) with it. Instead the layer
- * holds ONE reference per resource it serves from (an entry) and counts
- * that resource's live blocks in per-shard stripes, in the shard the
- * block's pointer hashes to: `ins` is raised under the shard's lock at
- * insert, `rel` under the same lock when the block leaves the map to go
- * back at once (the free already holds that lock: no atomic add), or, for
- * a block given back later (pending, below), under it once it went back. A
- * block's insert and release touch the same shard, so ins - rel of a stripe
- * is that shard's live count, never negative, and the sum over shards is
+ * and omp_free. Instead the layer holds ONE reference per resource it serves
+ * from (an entry) and counts that resource's live blocks in per-map stripes,
+ * in the map the block was inserted into: `ins` is raised under the map's
+ * lock at insert, `rel` under the same lock when the block leaves the map
+ * (whoever frees it). A block's insert and release touch the same map, so
+ * ins - rel of a stripe is that map's live count and the sum over maps is
  * exact.
  *
  * A release counted before its block went back must not let the resource
  * go while rankmem_deallocate is still inside it: the freeing thread
- * publishes the resource in its hazard slot under the shard lock, and
- * clears it once rankmem_deallocate returned. Whoever drops an entry's
- * reference first waits until no hazard slot names that resource. The
- * harvest (below) takes the shard lock after the free released it, so the
- * hazard is seen by anyone who saw the release counted.
+ * publishes the resource in its hazard field under the map lock, and clears
+ * it once rankmem_deallocate returned (a batch of pending blocks publishes a
+ * wildcard). Whoever drops an entry's reference first waits until no hazard
+ * names that resource, gives back its pending blocks, and waits again.
  *
  * An entry is ACTIVE while in service (the current resource of a device as
  * last seen here, or an allocator's own chain) and RETIRED once not (the
  * device's current resource changed, or omp_destroy_allocator). Retiring
- * harvests the stripes: under each shard's lock, `rel` gets the HARVESTED
- * flag and ins - rel is added up. A release that finds the flag came
- * after the harvest counted its block and lowers the entry's `remaining`
- * instead; the one that takes it to zero (or the harvest itself, when
- * nothing was live) drops the layer's reference and frees the entry. An
- * insert racing with the harvest either lands before it (and is counted) or
- * finds the flag under the lock (and the block takes a reference of its own
- * instead); a generation number (odd while the entry is being reset for
- * reuse) catches an entry freed and reused between an allocation picking it
- * and inserting its block.
+ * harvests the stripes with every map locked at once (one membarrier for
+ * all the biases): `rel` gets the HARVESTED flag and ins - rel is added up.
+ * A release that finds the flag came after the harvest counted its block
+ * and lowers the entry's `remaining` instead; the one that takes it to zero
+ * (or the harvest itself, when nothing was live) drops the layer's
+ * reference and frees the entry. An insert checks, under its map's lock,
+ * that the entry is still ACTIVE and of the generation the allocation
+ * picked (odd while the entry is being reset for reuse); otherwise the
+ * block takes a reference of its own. A map made after a harvest began is
+ * not harvested, but its inserts see the entry RETIRED (both orders are
+ * sequentially consistent: the harvest stores the state, then reads the
+ * list of maps; a new map is pushed on the list, then reads the state).
  *
- * Blocks that cannot use an entry (all RKOMP_NENT in use, or the race above)
- * hold a reference of their own, as every block did before; blocks of the
- * shared managed and pinned resources, which live as long as the process,
- * hold nothing.
+ * Blocks that cannot use an entry (all RKOMP_NENT in use, or the races
+ * above) hold a reference of their own; blocks of the shared managed and
+ * pinned resources, which live as long as the process, hold nothing.
  *
  * Deferred release. With RANKMEM_OMP_FREE_SYNC on, device-accessible
  * memory may go back only after a device-wide wait that began after its
  * omp_free. Instead of a cudaDeviceSynchronize per free, the block leaves
- * the map (a second free of it is a foreign pointer's) and waits on the
- * freeing thread's pending list, tagged with its device's sync epoch: `started`
- * counts syncs begun, `done` the highest one finished. A block tagged t
- * (started read at its free) may go back once done > t: that sync began
- * after the free. A free that takes its thread's list over a few dozen
- * blocks or its share of RANKMEM_OMP_DEFER_BYTES gives back what is
- * releasable, or,
- * with nothing releasable, runs one sync (one thread per device at a time;
- * the others keep deferring up to a hard bound, then wait for it). A
- * pending block still counts as live for its entry and in the resource's
- * stats until it went back. The list is the thread's own (in its hazard
- * slot, below): the blocks go back from the thread that freed them, so a
- * pool's per-thread caches get them where they left (giving other threads'
- * blocks back made 16 threads ten times slower). A failed allocation,
- * rankmem_omp_flush,
- * omp_destroy_allocator (its chain's blocks) and exit give back everything
- * pending. */
+ * the map (a second free of it is a foreign pointer's) and waits in the
+ * freeing thread's pending list (under that thread's map lock), oldest
+ * first, tagged with its device's sync epoch: `started` counts syncs begun,
+ * `done` the highest one finished. A block tagged t (started read at its
+ * free) may go back once done > t: that sync began after the free, and so
+ * did it for every block before it in the list. A free that takes the list
+ * over PEND_SOFT blocks or its share of RANKMEM_OMP_DEFER_BYTES gives back
+ * the releasable head of the list or, with nothing releasable, runs one sync
+ * (one thread per device at a time; the others keep deferring up to
+ * PEND_CAP, then wait for it). A pending block still counts as live for its
+ * entry and in the resource's stats until it went back. The blocks go back
+ * from the thread that freed them, so a pool's per-thread shards get them
+ * where they left. A failed allocation, rankmem_omp_flush,
+ * omp_destroy_allocator (its chain's blocks), a thread's exit and the
+ * process's exit give back everything pending. */
 #include "omp_internal.h"
+#include "../src/bias.h"
 
 #include <pthread.h>
 #include <sched.h>
 #include <stdlib.h>
 #include <string.h>
 
-#define NSHARDS 256u
-#define SHARD_BITS 8
 #define INITIAL_CAPACITY 16u
-#define HARVESTED ((uint64_t)1 << 63) /* flag in a shard's released count */
+#define HARVESTED ((uint64_t)1 << 63) /* flag in a map's released count */
 #define REMAINING_BIAS ((long)1 << 40) /* keeps `remaining` above 0 during a harvest */
 
-/* Pending blocks per shard: past SOFT (or the shard's byte share) a free
- * gives back what it can, or starts a sync; past HARD (or 4 shares) it
- * waits for one. TAKE: blocks given back per round (a stack array). */
-#define PEND_SOFT 64u  /* a thread's list gives back past this */
-#define PEND_HARD 128u /* ... and never holds more */
+/* A thread's pending blocks: past SOFT (or its byte share) a free gives
+ * back what it can, or starts a sync; at CAP - 1 (or 4 shares) it waits for
+ * one. One sync per SOFT frees at worst: a cudaDeviceSynchronize costs
+ * about 1.5 us on an idle H100, 6 ns a free. TAKE: blocks given back per
+ * round (a stack array). */
+#define PEND_SOFT 256u
+#define PEND_CAP 384u
 #define PEND_TAKE 128u
-#define DEFAULT_DEFER_BYTES ((size_t)256 << 20)
 
-/* ---- spinlock: test-and-test-and-set, pause, yield when it lasts ---- */
+/* ---- waiting ---- */
 
 static inline void cpu_relax(void)
 {
@@ -104,31 +102,17 @@ static inline void cpu_relax(void)
 #endif
 }
 
-static void spin_wait(unsigned *l)
+/* The thread waited for may have been preempted (more threads than cores):
+ * after a short spin let it run rather than burn its time slice. */
+static inline void backoff(unsigned n)
 {
-    /* The holder may have been preempted (more threads than cores): after
-     * a short spin let it run rather than burn its time slice. */
-    for (unsigned n = 0;; n++) {
-        while (__atomic_load_n(l, __ATOMIC_RELAXED)) {
-            if (++n < 128)
-                cpu_relax();
-            else
-                sched_yield();
-        }
-        if (!__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE))
-            return;
-    }
+    if (n < 128)
+        cpu_relax();
+    else
+        sched_yield();
 }
 
-static inline void spin_lock(unsigned *l)
-{
-    if (RKOMP_UNLIKELY(__atomic_exchange_n(l, 1u, __ATOMIC_ACQUIRE)))
-        spin_wait(l);
-}
-
-static inline void spin_unlock(unsigned *l) { __atomic_store_n(l, 0u, __ATOMIC_RELEASE); }
-
-/* ---- shards ---- */
+/* ---- per-thread maps ---- */
 
 typedef struct pend {
     rkomp_block_t b;
@@ -136,39 +120,152 @@ typedef struct pend {
     int dev;
     int after;    /* AFTER_*: what its give-back still owes the block's entry */
 } pend_t;
-/* A pending block's release is counted when it leaves the map, under the
- * shard lock already held (its resource then stays alive through the
- * pending list: drop_ref gives back that resource's pending blocks first).
- * Left for after the give-back: nothing, the entry's `remaining` (the
- * entry was harvested with the block live), or the block's own reference. */
+/* A pending block's release is counted when it leaves the map (its
+ * resource then stays alive through the pending list: drop_ref gives back
+ * that resource's pending blocks first). Left for after the give-back:
+ * nothing, the entry's `remaining` (the entry was harvested with the block
+ * live), or the block's own reference. */
 enum { AFTER_NONE = 0, AFTER_HARVESTED, AFTER_OWN_REF };
 
-typedef struct shard {
-    unsigned lock;
-    unsigned count; /* written under the lock, atomically: read without it (lookup) */
-    size_t mask;    /* capacity - 1; 0 while slots is NULL */
+typedef struct tmap {
+    rk_block_t lock; /* biased to the thread that claimed the map; guards all below */
+    unsigned count;  /* live blocks; written under the lock, atomically (read without it) */
+    size_t mask;     /* capacity - 1; 0 while slots is NULL */
     rkomp_block_t *slots;
-    /* Per entry: blocks inserted into this shard, and blocks released
-     * (HARVESTED once counted out); both under the lock. Their difference
-     * is the entry's live blocks here. */
+    unsigned idx;               /* its filter: filt[idx] */
+    rankmem_resource_t *hz;     /* atomic: what a give-back of this thread is inside, or NULL */
+    unsigned used;              /* atomic: claimed by a live thread */
+    struct tmap *next;          /* fixed once published */
+    /* Per entry: blocks inserted here, and blocks released (HARVESTED once
+     * counted out). Their difference is the entry's live blocks here. */
     struct {
         uint64_t ins, rel;
-    } n[RKOMP_NENT]; /* the first entries share the lock's cache line */
-} __attribute__((aligned(64))) shard_t;
+    } n[RKOMP_NENT];
+    /* The thread's pending blocks, oldest first: pend[pfirst .. plast). */
+    unsigned pfirst, plast;
+    unsigned npend; /* plast - pfirst, stored atomically (read without the lock) */
+    size_t pbytes;
+    pend_t pend[PEND_CAP];
+} __attribute__((aligned(64))) tmap_t;
 
-static shard_t shards[NSHARDS];
-/* Bit (1 GiB region of a block's address, hashed) set once a block of ours
- * was inserted there. Atomic, sticky; read by every omp_free: a line of its
- * own, written once per region, so it stays shared in every core's cache and
- * a pointer of the runtime's (host heap, while ours are usually device
- * memory) is told apart with this one load. */
+/* The hazard of a thread giving back a batch of pending blocks. */
+static char hz_any_obj;
+#define HZ_ANY ((rankmem_resource_t *)(void *)&hz_any_obj)
+
+static tmap_t *maps; /* atomic; a list that only grows (maps are reused, never freed) */
+
+/* What a free of another thread's block (or of a pointer not ours) looks
+ * through, without touching the maps themselves: per map, the hashed 1 GiB
+ * regions and 2 MiB grains of every block ever inserted there (sticky,
+ * written by the owner when a bit is new), side by side so that a scan of
+ * 16 maps reads 4 lines; on the CPU-only machine, where our blocks and the
+ * runtime's share the heap's regions, the grains tell a pool's chunks from
+ * the runtime's arenas. */
+#define MAX_MAPS 4096u
 static struct {
-    uint64_t bits;
-} __attribute__((aligned(64))) regions;
+    uint64_t regions, grains; /* atomic */
+} filt[MAX_MAPS];
+static tmap_t *map_at[MAX_MAPS]; /* atomic; set before the map's first block */
+static unsigned nfilt;           /* atomic: filter slots handed out */
+static pthread_key_t map_key;
+static pthread_once_t map_once = PTHREAD_ONCE_INIT;
+static int map_key_ok;
+static __thread tmap_t *my_map __attribute__((tls_model("initial-exec")));
 
-static inline uint64_t region_bit(const void *p)
+static void pend_thread_exit(tmap_t *m);
+
+static void map_thread_exit(void *p)
 {
-    return (uint64_t)1 << ((((uint64_t)(uintptr_t)p >> 30) * 0x9e3779b97f4a7c15ull) >> 58);
+    tmap_t *m = p;
+    pend_thread_exit(m);
+    my_map = NULL;
+    /* Nobody owns it until a new thread claims it: no bias to revoke. */
+    rk_block_take(&m->lock);
+    rk_block_rebind(&m->lock, 0);
+    rk_block_unlock(&m->lock, 0);
+    __atomic_store_n(&m->hz, NULL, __ATOMIC_RELEASE);
+    __atomic_store_n(&m->used, 0u, __ATOMIC_RELEASE);
+}
+
+static void map_setup(void) { map_key_ok = pthread_key_create(&map_key, map_thread_exit) == 0; }
+
+/* The calling thread's map (a released one, with whatever blocks its last
+ * thread left in it, or a new one), or NULL when none can be had. */
+static __attribute__((noinline)) tmap_t *map_register(void)
+{
+    pthread_once(&map_once, map_setup);
+    if (!map_key_ok)
+        return NULL;
+    tmap_t *m;
+    for (m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next) {
+        unsigned z = 0;
+        if (__atomic_compare_exchange_n(&m->used, &z, 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
+            break;
+    }
+    if (!m) {
+        unsigned idx = __atomic_fetch_add(&nfilt, 1u, __ATOMIC_RELAXED);
+        if (idx >= MAX_MAPS || !(m = aligned_alloc(_Alignof(tmap_t), sizeof *m)))
+            return NULL; /* (a slot lost to a failed allocation is only never used) */
+        memset(m, 0, sizeof *m);
+        rk_block_init(&m->lock, 0);
+        m->used = 1;
+        m->idx = idx;
+        __atomic_store_n(&map_at[idx], m, __ATOMIC_RELEASE);
+        m->next = __atomic_load_n(&maps, __ATOMIC_RELAXED);
+        /* seq_cst: ordered with a harvest's read of the list (see above). */
+        while (!__atomic_compare_exchange_n(&maps, &m->next, m, 1, __ATOMIC_SEQ_CST,
+                                            __ATOMIC_RELAXED)) {
+        }
+    }
+    if (pthread_setspecific(map_key, m) != 0) {
+        __atomic_store_n(&m->used, 0u, __ATOMIC_RELEASE);
+        return NULL;
+    }
+    rk_block_take(&m->lock);
+    rk_block_rebind(&m->lock, 1);
+    rk_block_unlock(&m->lock, 0);
+    my_map = m;
+    return m;
+}
+
+static inline int map_lock(tmap_t *m) { return rk_block_lock(&m->lock); }
+static inline void map_unlock(tmap_t *m, int md) { rk_block_unlock(&m->lock, md); }
+
+/* Every map locked at once, with one membarrier for all their biases
+ * (under ent_lock, the only place that holds more than one map lock).
+ * Returns the list's head for unlock_all. */
+static tmap_t *lock_all(void)
+{
+    tmap_t *head = __atomic_load_n(&maps, __ATOMIC_SEQ_CST);
+    int any = 0;
+    for (tmap_t *m = head; m; m = m->next) {
+        rk_block_take(&m->lock);
+        any |= rk_block_unbias(&m->lock);
+    }
+    if (any)
+        rk_membarrier();
+    for (tmap_t *m = head; m; m = m->next)
+        rk_block_wait_out(&m->lock);
+    return head;
+}
+
+static void unlock_all(tmap_t *head)
+{
+    for (tmap_t *m = head; m; m = m->next)
+        rk_block_unlock(&m->lock, 0);
+}
+
+/* The global filter (omp_internal.h): the union of the maps' filters,
+ * written once per region or grain, so its lines stay shared in every
+ * core's cache and a pointer of the runtime's (host heap, while ours are
+ * usually device memory; or, without a GPU, the runtime's arenas beside our
+ * pools' chunks) is told apart with two loads. */
+rkomp_filter_t rkomp_filter;
+#define region_bit rkomp_region_bit
+
+static inline uint64_t grain_bit(const void *p)
+{
+    return (uint64_t)1 << ((((uint64_t)(uintptr_t)p >> 21) * 0x9e3779b97f4a7c15ull) >> 58);
 }
 
 /* splitmix64's finaliser: every input bit reaches every output bit, which
@@ -184,30 +281,30 @@ static inline uint64_t mix(const void *p)
     return x;
 }
 
-static inline shard_t *shard_of(uint64_t h) { return &shards[h >> (64 - SHARD_BITS)]; }
-
-/* Slot holding ptr, or the empty slot where it would go. */
-static inline size_t probe(const shard_t *s, const void *ptr, uint64_t h)
+/* Under the lock: slot holding ptr, or the empty slot where it would go. */
+static inline size_t probe(const tmap_t *m, const void *ptr, uint64_t h)
 {
-    size_t i = (size_t)h & s->mask;
-    while (s->slots[i].ptr && s->slots[i].ptr != ptr)
-        i = (i + 1) & s->mask;
+    size_t i = (size_t)h & m->mask;
+    while (m->slots[i].ptr && m->slots[i].ptr != ptr)
+        i = (i + 1) & m->mask;
     return i;
 }
 
-static int grow(shard_t *s)
+static int grow(tmap_t *m)
 {
-    size_t cap = s->mask ? (s->mask + 1) * 2 : INITIAL_CAPACITY;
-    rkomp_block_t *n = calloc(cap, sizeof *n);
+    size_t cap = m->mask ? (m->mask + 1) * 2 : INITIAL_CAPACITY;
+    /* Slots are a cache line each: aligned, a probe touches one line. */
+    rkomp_block_t *n = cap <= SIZE_MAX / sizeof *n ? aligned_alloc(64, cap * sizeof *n) : NULL;
     if (!n)
         return -1;
-    rkomp_block_t *old = s->slots;
-    size_t old_cap = s->mask ? s->mask + 1 : 0;
-    s->slots = n;
-    s->mask = cap - 1;
+    memset(n, 0, cap * sizeof *n);
+    rkomp_block_t *old = m->slots;
+    size_t old_cap = m->mask ? m->mask + 1 : 0;
+    m->slots = n;
+    m->mask = cap - 1;
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].ptr)
-            s->slots[probe(s, old[i].ptr, old[i].hash)] = old[i];
+            m->slots[probe(m, old[i].ptr, old[i].hash)] = old[i];
     free(old);
     return 0;
 }
@@ -215,120 +312,113 @@ static int grow(shard_t *s)
 /* Under the lock: take slot i out. Backward shift: move later members of
  * the run into the hole when the hole lies between their home slot and
  * where they sit (no tombstones). */
-static inline void remove_at(shard_t *s, size_t i)
+static inline void remove_at(tmap_t *m, size_t i)
 {
     size_t hole = i, j = i;
     for (;;) {
-        j = (j + 1) & s->mask;
-        if (!s->slots[j].ptr)
+        j = (j + 1) & m->mask;
+        if (!m->slots[j].ptr)
             break;
-        size_t home = (size_t)s->slots[j].hash & s->mask;
-        if (((j - home) & s->mask) >= ((j - hole) & s->mask)) {
-            s->slots[hole] = s->slots[j];
+        size_t home = (size_t)m->slots[j].hash & m->mask;
+        if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
+            m->slots[hole] = m->slots[j];
             hole = j;
         }
     }
-    s->slots[hole].ptr = NULL;
-    __atomic_store_n(&s->count, s->count - 1, __ATOMIC_RELAXED);
+    m->slots[hole].ptr = NULL;
+    __atomic_store_n(&m->count, m->count - 1, __ATOMIC_RELAXED);
 }
 
-/* ---- hazard slots: a resource a free is still giving a block back to ----
- * One per thread (claimed at its first free, handed back at its exit),
- * never freed: a list that only grows to the most threads ever alive. */
-
-typedef struct hz_slot {
-    rankmem_resource_t *mr; /* atomic; NULL when not inside a give-back */
-    unsigned used;          /* atomic: claimed by a thread */
-    struct hz_slot *next;   /* fixed once published */
-    /* The thread's pending blocks (deferred release): its own, but a flush
-     * from any thread takes them too, under plock. */
-    unsigned plock;
-    unsigned npend; /* written under plock, atomically (flush reads it) */
-    size_t pbytes;
-    pend_t pend[PEND_HARD];
-} __attribute__((aligned(64))) hz_slot_t;
-
-static void pend_thread_exit(hz_slot_t *h);
-
-static hz_slot_t *hz_head; /* atomic */
-static pthread_key_t hz_key;
-static pthread_once_t hz_once = PTHREAD_ONCE_INIT;
-static int hz_key_ok;
-static __thread hz_slot_t *my_hz __attribute__((tls_model("initial-exec")));
-
-static void hz_thread_exit(void *p)
+/* The map holding ptr, locked (*md_p, its slot *i_p), or NULL. The caller's
+ * own map first; then the others that may hold it: a block was once
+ * inserted there in ptr's region and grain, and it is not empty. The hints
+ * are safe without the lock: if ptr is live in a map, its insertion
+ * happened before this call (the program got ptr from it) and only freeing
+ * ptr could undo it. */
+static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr, uint64_t h,
+                                                    int *md_p, size_t *i_p)
 {
-    hz_slot_t *h = p;
-    pend_thread_exit(h);
-    my_hz = NULL;
-    __atomic_store_n(&h->mr, NULL, __ATOMIC_RELEASE);
-    __atomic_store_n(&h->used, 0u, __ATOMIC_RELEASE);
-}
-
-static void hz_setup(void) { hz_key_ok = pthread_key_create(&hz_key, hz_thread_exit) == 0; }
-
-/* The calling thread's slot, or NULL (no memory: its frees then count
- * their release after the give-back, under the shard lock again). */
-static __attribute__((noinline)) hz_slot_t *hz_register(void)
-{
-    pthread_once(&hz_once, hz_setup);
-    if (!hz_key_ok)
-        return NULL;
-    hz_slot_t *h;
-    for (h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next) {
-        unsigned z = 0;
-        if (__atomic_compare_exchange_n(&h->used, &z, 1u, 0, __ATOMIC_ACQUIRE, __ATOMIC_RELAXED))
-            break;
+    uint64_t rb = region_bit(ptr), gb = grain_bit(ptr);
+    unsigned n = __atomic_load_n(&nfilt, __ATOMIC_ACQUIRE);
+    if (n > MAX_MAPS)
+        n = MAX_MAPS;
+    for (unsigned k = 0; k < n; k++) {
+        if (!(__atomic_load_n(&filt[k].regions, __ATOMIC_RELAXED) & rb) ||
+            !(__atomic_load_n(&filt[k].grains, __ATOMIC_RELAXED) & gb))
+            continue;
+        tmap_t *m = __atomic_load_n(&map_at[k], __ATOMIC_ACQUIRE);
+        if (!m || m == me || !__atomic_load_n(&m->count, __ATOMIC_RELAXED))
+            continue;
+        int md = map_lock(m);
+        size_t i;
+        if (m->count && m->slots[i = probe(m, ptr, h)].ptr) {
+            *md_p = md;
+            *i_p = i;
+            return m;
+        }
+        map_unlock(m, md);
     }
-    if (!h) {
-        if (!(h = aligned_alloc(_Alignof(hz_slot_t), sizeof *h)))
-            return NULL;
-        memset(h, 0, sizeof *h);
-        h->used = 1;
-        h->next = __atomic_load_n(&hz_head, __ATOMIC_RELAXED);
-        while (!__atomic_compare_exchange_n(&hz_head, &h->next, h, 1, __ATOMIC_RELEASE,
-                                            __ATOMIC_RELAXED)) {
+    return NULL;
+}
+
+static inline tmap_t *find_locked(tmap_t *me, const void *ptr, uint64_t h, int *md_p, size_t *i_p)
+{
+    if (RKOMP_LIKELY(me != NULL) && __atomic_load_n(&me->count, __ATOMIC_RELAXED)) {
+        int md = map_lock(me);
+        size_t i;
+        if (RKOMP_LIKELY(me->count && me->slots[i = probe(me, ptr, h)].ptr)) {
+            *md_p = md;
+            *i_p = i;
+            return me;
+        }
+        map_unlock(me, md);
+    }
+    return find_other(me, ptr, h, md_p, i_p);
+}
+
+/* ---- hazards ---- */
+
+/* Wait until no thread but the caller is giving a block back to mr (or a
+ * batch that may hold one). */
+static void hz_wait(const rankmem_resource_t *mr, const tmap_t *me)
+{
+    for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next) {
+        if (m == me)
+            continue;
+        for (unsigned n = 0;; n++) {
+            rankmem_resource_t *h = __atomic_load_n(&m->hz, __ATOMIC_ACQUIRE);
+            if (h != mr && h != HZ_ANY)
+                break;
+            backoff(n);
         }
     }
-    if (pthread_setspecific(hz_key, h) != 0) {
-        __atomic_store_n(&h->used, 0u, __ATOMIC_RELEASE);
-        return NULL;
-    }
-    my_hz = h;
-    return h;
 }
 
-/* Drop one of the layer's references on mr: first wait until no free is
- * still inside rankmem_deallocate of mr or on its way into a pending list,
- * then give back mr's pending blocks. Never called with a lock held. */
+/* Drop one of the layer's references on mr. A free still inside
+ * rankmem_deallocate of mr, or moving a block of mr from a map to its
+ * pending list, holds a hazard naming mr: wait for those; then give back
+ * mr's pending blocks; then wait again for batches that took some of them
+ * off a list before the flush looked (their hazard was set under that
+ * list's lock). Never called with a lock held. */
 static void drop_ref(rankmem_resource_t *mr)
 {
-    for (hz_slot_t *h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next)
-        for (unsigned n = 0; __atomic_load_n(&h->mr, __ATOMIC_ACQUIRE) == mr; n++) {
-            if (n < 128)
-                cpu_relax();
-            else
-                sched_yield();
-        }
+    tmap_t *me = my_map;
+    hz_wait(mr, me);
     rkomp_map_flush(mr, NULL);
+    hz_wait(mr, me);
     rankmem_resource_release(mr);
 }
 
 /* ---- resource entries ---- */
 
-enum { ENT_FREE = 0, ENT_ACTIVE = 1, ENT_RETIRED = 2 };
+enum { ENT_FREE = RKOMP_ENT_FREE, ENT_ACTIVE = RKOMP_ENT_ACTIVE, ENT_RETIRED = RKOMP_ENT_RETIRED };
+typedef rkomp_entry_t entry_t;
+#define ents rkomp_ents
+#define dev_ent rkomp_dev_ent
 
-typedef struct entry {
-    unsigned gen;            /* atomic; odd while being (re)initialised */
-    unsigned state;          /* atomic: ENT_* */
-    rankmem_resource_t *mr;  /* atomic; the layer's reference while not FREE */
-    int device;              /* atomic; the device whose current resource it is, or -1 */
-    long remaining;          /* atomic; after the harvest: blocks still live (+ bias) */
-} __attribute__((aligned(64))) entry_t;
-
-static entry_t ents[RKOMP_NENT];
+entry_t ents[RKOMP_NENT];
+int dev_ent[RKOMP_MAX_DEVICES];
 static pthread_mutex_t ent_lock = PTHREAD_MUTEX_INITIALIZER; /* creation, retirement */
-static int dev_ent[RKOMP_MAX_DEVICES];                         /* atomic; entry + 1, 0 = none */
 
 /* Under ent_lock, with the entry's last block gone: back to FREE. Returns
  * the reference to drop (outside the lock: it may finalize a pool). */
@@ -360,16 +450,15 @@ static rankmem_resource_t *ent_retire_locked(int e)
     if (__atomic_load_n(&en->state, __ATOMIC_RELAXED) != ENT_ACTIVE)
         return NULL;
     __atomic_store_n(&en->remaining, REMAINING_BIAS, __ATOMIC_RELAXED);
-    __atomic_store_n(&en->state, ENT_RETIRED, __ATOMIC_RELEASE);
+    __atomic_store_n(&en->state, ENT_RETIRED, __ATOMIC_SEQ_CST);
     long sum = 0;
-    for (unsigned i = 0; i < NSHARDS; i++) {
-        shard_t *s = &shards[i];
-        spin_lock(&s->lock);
-        uint64_t rel = s->n[e].rel;
-        __atomic_store_n(&s->n[e].rel, rel | HARVESTED, __ATOMIC_RELAXED);
-        sum += (long)(s->n[e].ins - rel);
-        spin_unlock(&s->lock);
+    tmap_t *head = lock_all();
+    for (tmap_t *m = head; m; m = m->next) {
+        uint64_t rel = m->n[e].rel;
+        __atomic_store_n(&m->n[e].rel, rel | HARVESTED, __ATOMIC_RELAXED);
+        sum += (long)(m->n[e].ins - rel);
     }
+    unlock_all(head);
     long sub = REMAINING_BIAS - sum;
     if (__atomic_sub_fetch(&en->remaining, sub, __ATOMIC_ACQ_REL) == 0)
         return ent_free_locked(e);
@@ -399,16 +488,15 @@ static int ent_create_locked(rankmem_resource_t *mr, int device)
     /* Odd: an allocation that picked this entry in its previous life sees
      * the change at insert and takes a reference of its own. */
     __atomic_add_fetch(&en->gen, 1, __ATOMIC_ACQ_REL);
-    for (unsigned i = 0; i < NSHARDS; i++) {
-        shard_t *s = &shards[i];
-        spin_lock(&s->lock);
-        s->n[e].ins = 0;
-        __atomic_store_n(&s->n[e].rel, 0, __ATOMIC_RELAXED);
-        spin_unlock(&s->lock);
+    /* No lock needed: a FREE entry's stripes are written by nobody (its
+     * last block's release is behind it, and inserts check the generation). */
+    for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next) {
+        __atomic_store_n(&m->n[e].ins, 0, __ATOMIC_RELAXED);
+        __atomic_store_n(&m->n[e].rel, 0, __ATOMIC_RELAXED);
     }
     __atomic_store_n(&en->mr, mr, __ATOMIC_RELAXED);
     __atomic_store_n(&en->device, device, __ATOMIC_RELAXED);
-    __atomic_store_n(&en->state, ENT_ACTIVE, __ATOMIC_RELAXED);
+    __atomic_store_n(&en->state, ENT_ACTIVE, __ATOMIC_SEQ_CST);
     __atomic_add_fetch(&en->gen, 1, __ATOMIC_RELEASE);
     return e;
 }
@@ -432,31 +520,14 @@ void rkomp_ent_retire(int e)
         drop_ref(drop);
 }
 
-int rkomp_ent_pin(int e, const rankmem_resource_t *mr, unsigned *gen_p)
-{
-    if (e < 0)
-        return 0;
-    entry_t *en = &ents[e];
-    unsigned g = __atomic_load_n(&en->gen, __ATOMIC_ACQUIRE);
-    /* Acquire loads: the second read of gen stays after them (a seqlock). */
-    int ok = !(g & 1u) && __atomic_load_n(&en->mr, __ATOMIC_ACQUIRE) == mr &&
-             __atomic_load_n(&en->state, __ATOMIC_ACQUIRE) == ENT_ACTIVE;
-    if (!ok || __atomic_load_n(&en->gen, __ATOMIC_RELAXED) != g)
-        return 0;
-    *gen_p = g;
-    return 1;
-}
-
-int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p)
+int rkomp_device_ent_slow(int device, rankmem_resource_t *mr, unsigned *gen_p)
 {
     if (device < 0 || device >= RKOMP_MAX_DEVICES)
         return RKOMP_ENT_OWN;
-    int e = __atomic_load_n(&dev_ent[device], __ATOMIC_ACQUIRE) - 1;
-    if (RKOMP_LIKELY(rkomp_ent_pin(e, mr, gen_p)))
-        return e;
     /* First allocation on this device, or its current resource changed:
      * retire the old entry (its blocks keep it until freed), make one. */
     rankmem_resource_t *drop = NULL;
+    int e;
     pthread_mutex_lock(&ent_lock);
     e = __atomic_load_n(&dev_ent[device], __ATOMIC_RELAXED) - 1;
     if (!rkomp_ent_pin(e, mr, gen_p)) {
@@ -502,16 +573,16 @@ void rkomp_device_ent_check(int e)
 
 /* ---- after a give-back ---- */
 
-/* Under s's lock: count the release of a block of entry e. 1 when the
+/* Under m's lock: count the release of a block of entry e. 1 when the
  * entry was harvested meanwhile (the harvest counted the block as live:
  * the caller lowers `remaining` instead, with rel_harvested, after
  * unlocking). */
-static inline int count_release_locked(shard_t *s, int e)
+static inline int count_release_locked(tmap_t *m, int e)
 {
-    uint64_t rel = __atomic_load_n(&s->n[e].rel, __ATOMIC_RELAXED);
+    uint64_t rel = __atomic_load_n(&m->n[e].rel, __ATOMIC_RELAXED);
     if (RKOMP_UNLIKELY(rel & HARVESTED))
         return 1;
-    __atomic_store_n(&s->n[e].rel, rel + 1, __ATOMIC_RELAXED);
+    __atomic_store_n(&m->n[e].rel, rel + 1, __ATOMIC_RELAXED);
     return 0;
 }
 
@@ -576,6 +647,11 @@ static inline int defer_dev(int mode, const rkomp_block_t *b)
                : -1;
 }
 
+static inline int ready(const pend_t *p)
+{
+    return __atomic_load_n(&epochs[p->dev].done, __ATOMIC_ACQUIRE) > p->tag;
+}
+
 /* Make done > tag on device dev. Returns 0 once it is; 1 when another
  * thread's sync is running and !wait (nothing done); -1 when it is but a
  * sync this call ran failed. */
@@ -585,6 +661,10 @@ static int epoch_advance(int dev, uint64_t tag, int wait)
     for (;;) {
         if (__atomic_load_n(&ep->done, __ATOMIC_ACQUIRE) > tag)
             return 0;
+        /* Look before the exchange: threads over their bound try at every
+         * free while a sync runs, and must not bounce the line. */
+        if (!wait && __atomic_load_n(&ep->lock, __ATOMIC_RELAXED))
+            return 1;
         if (!__atomic_exchange_n(&ep->lock, 1u, __ATOMIC_ACQUIRE)) {
             int rc = 0;
             if (__atomic_load_n(&ep->done, __ATOMIC_ACQUIRE) <= tag) {
@@ -602,101 +682,148 @@ static int epoch_advance(int dev, uint64_t tag, int wait)
         /* Wait for the running sync; if it began before our tag, run one. */
         for (unsigned n = 0; __atomic_load_n(&ep->lock, __ATOMIC_RELAXED) &&
                              __atomic_load_n(&ep->done, __ATOMIC_ACQUIRE) <= tag;
-             n++) {
-            if (n < 128)
-                cpu_relax();
-            else
-                sched_yield();
-        }
+             n++)
+            backoff(n);
     }
 }
 
-/* Under h's plock: move up to max releasable pending blocks (of mr only,
- * unless NULL) to out. For the blocks that stay: *mask_p gets their
- * devices' bits and maxtag[dev] their highest tag (when mask_p). */
-static size_t pend_take(hz_slot_t *h, pend_t *out, size_t max,
-                        const rankmem_resource_t *mr, uint64_t *mask_p, uint64_t *maxtag)
+static inline size_t pend_size(const pend_t *p) { return p->b.base ? p->b.base_bytes : p->b.bytes; }
+
+static inline void pend_count(tmap_t *m)
+{
+    if (m->pfirst == m->plast)
+        m->pfirst = m->plast = 0;
+    __atomic_store_n(&m->npend, m->plast - m->pfirst, __ATOMIC_RELAXED);
+}
+
+/* Under m's lock: move up to max releasable pending blocks (of mr only,
+ * unless NULL) to out, from the head of the list only when head_only (the
+ * free's path: O(1) when nothing is), else from anywhere in it. */
+static size_t take_ready(tmap_t *m, pend_t *out, size_t max, const rankmem_resource_t *mr,
+                         int head_only)
 {
     size_t n = 0;
-    unsigned i = 0, keep = 0;
-    for (; i < h->npend; i++) {
-        pend_t *p = &h->pend[i];
-        if (n < max && (!mr || p->b.mr == mr) &&
-            __atomic_load_n(&epochs[p->dev].done, __ATOMIC_ACQUIRE) > p->tag) {
-            out[n++] = *p;
-            h->pbytes -= p->b.base ? p->b.base_bytes : p->b.bytes;
-            continue;
+    if (head_only) {
+        while (m->pfirst < m->plast && n < max && ready(&m->pend[m->pfirst])) {
+            out[n] = m->pend[m->pfirst++];
+            m->pbytes -= pend_size(&out[n++]);
         }
-        if (mask_p && (!mr || p->b.mr == mr)) {
-            uint64_t bit = (uint64_t)1 << p->dev;
-            if (!(*mask_p & bit) || maxtag[p->dev] < p->tag)
-                maxtag[p->dev] = p->tag;
-            *mask_p |= bit;
+    } else {
+        unsigned keep = m->pfirst;
+        for (unsigned i = m->pfirst; i < m->plast; i++) {
+            pend_t *p = &m->pend[i];
+            if (n < max && (!mr || p->b.mr == mr) && ready(p)) {
+                out[n] = *p;
+                m->pbytes -= pend_size(&out[n++]);
+                continue;
+            }
+            if (keep != i)
+                m->pend[keep] = *p; /* oldest first: tags stay in order */
+            keep++;
         }
-        if (keep != i)
-            h->pend[keep] = *p; /* oldest first: tags stay in order */
-        keep++;
+        m->plast = keep;
     }
-    __atomic_store_n(&h->npend, keep, __ATOMIC_RELAXED);
+    pend_count(m);
     return n;
 }
 
-/* Blocks out of pending lists go back, then what each still owes. */
-static void give_back_all(pend_t *out, size_t n)
+/* Under m's lock: the devices of its pending blocks (of mr only, unless
+ * NULL) into *mask_p, and each one's newest tag into maxtag. */
+static void pend_devices(const tmap_t *m, const rankmem_resource_t *mr, uint64_t *mask_p,
+                         uint64_t *maxtag)
 {
-    for (size_t k = 0; k < n; k++) {
-        rkomp_give_back(&out[k].b, 0);
-        settle_after(&out[k].b, out[k].after);
+    for (unsigned i = m->pfirst; i < m->plast; i++) {
+        const pend_t *p = &m->pend[i];
+        if (mr && p->b.mr != mr)
+            continue;
+        uint64_t bit = (uint64_t)1 << p->dev;
+        if (!(*mask_p & bit) || maxtag[p->dev] < p->tag)
+            maxtag[p->dev] = p->tag;
+        *mask_p |= bit;
     }
 }
 
-/* Give back h's releasable pending blocks (of mr only, unless NULL). */
-static size_t drain(hz_slot_t *h, const rankmem_resource_t *mr)
+/* Blocks taken off a pending list go back, then what each still owes; the
+ * caller's hazard (HZ_ANY, set under the list's lock) is cleared between,
+ * so that a resource whose last reference a settlement drops is no longer
+ * waited for by its own thread, and every block of the batch is back. */
+static void give_back_batch(tmap_t *me, pend_t *out, size_t n)
+{
+    for (size_t k = 0; k < n; k++)
+        rkomp_give_back(&out[k].b, 0);
+    if (me)
+        __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
+    for (size_t k = 0; k < n; k++)
+        settle_after(&out[k].b, out[k].after);
+}
+
+/* Give back m's releasable pending blocks (of mr only, unless NULL), from
+ * the calling thread (me: its map, or NULL). */
+static size_t drain(tmap_t *m, const rankmem_resource_t *mr, tmap_t *me)
 {
     pend_t out[PEND_TAKE];
     size_t total = 0, n;
     do {
-        spin_lock(&h->plock);
-        n = pend_take(h, out, PEND_TAKE, mr, NULL, NULL);
-        spin_unlock(&h->plock);
-        give_back_all(out, n);
+        int md = map_lock(m);
+        n = take_ready(m, out, PEND_TAKE, mr, 0);
+        if (n && me)
+            __atomic_store_n(&me->hz, HZ_ANY, __ATOMIC_RELEASE);
+        if (n && !me) {
+            /* No hazard to publish: give back under the list's lock (a
+             * thread without a map, at exit or out of memory). */
+            for (size_t k = 0; k < n; k++)
+                rkomp_give_back(&out[k].b, 0);
+            map_unlock(m, md);
+            for (size_t k = 0; k < n; k++)
+                settle_after(&out[k].b, out[k].after);
+        } else {
+            map_unlock(m, md);
+            give_back_batch(me, out, n);
+        }
         total += n;
     } while (n == PEND_TAKE);
     return total;
 }
 
-/* Past the soft bound (or the thread's share of the bytes): give back what
- * may go, or sync. */
-static __attribute__((noinline)) void pend_over(hz_slot_t *h)
+/* Past the soft bound (or the thread's byte share), m being the caller's
+ * own map: give back the releasable head of the list; with nothing
+ * releasable, sync (while another thread's sync of the device runs, keep
+ * deferring up to the hard bound, then wait for it). */
+static __attribute__((noinline)) void pend_over(tmap_t *m)
 {
     pend_t out[PEND_TAKE];
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
     size_t share = __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
-    spin_lock(&h->plock);
-    size_t n = pend_take(h, out, PEND_TAKE, NULL, &mask, maxtag);
-    /* Full (the next free needs room) or far over its bytes: must wait. */
-    int must = h->npend >= PEND_HARD - 1 || h->pbytes / 4 > share;
-    spin_unlock(&h->plock);
-    give_back_all(out, n);
-    if (n && !must)
+    int md = map_lock(m);
+    size_t n = take_ready(m, out, PEND_TAKE, NULL, 1);
+    int left = m->pfirst < m->plast;
+    int must = left && (m->plast - m->pfirst >= PEND_CAP - 1 || m->pbytes / 4 > share);
+    if (n)
+        __atomic_store_n(&m->hz, HZ_ANY, __ATOMIC_RELEASE);
+    /* Nothing to do but wait for a sync already running: done in O(1). */
+    int busy = left && !must &&
+               __atomic_load_n(&epochs[m->pend[m->pfirst].dev].lock, __ATOMIC_RELAXED);
+    if (left && !busy && (!n || must))
+        pend_devices(m, NULL, &mask, maxtag);
+    map_unlock(m, md);
+    give_back_batch(m, out, n);
+    if (!mask)
         return;
-    /* One sync per device concerned (or, while another thread's runs, keep
-     * deferring until the hard bound). */
     int progress = 0;
     for (int d = 0; mask; d++, mask >>= 1)
         if ((mask & 1) && epoch_advance(d, maxtag[d], must) != 1)
             progress = 1;
     if (progress)
-        drain(h, NULL);
+        drain(m, NULL, m);
 }
 
 static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
 
-/* b, just out of the map (its release counted, as `after` says), waits in
- * the calling thread's list for a sync of device dev that begins after now.
- * 1 when the list went over its bounds (the caller then calls pend_over,
- * once its hazard is clear). */
-static inline int pend_push(hz_slot_t *h, const rkomp_block_t *b, int dev, int after)
+/* Under m's lock (m the caller's map): b, just out of a map (its release
+ * counted, as `after` says), waits for a sync of device dev that begins
+ * after now. 1 when the list went over its bounds (the caller then calls
+ * pend_over, once unlocked). */
+static inline int pend_push(tmap_t *m, const rkomp_block_t *b, int dev, int after)
 {
     static int registered;
     /* The first pending block of all: exit gives back what is still
@@ -705,89 +832,94 @@ static inline int pend_push(hz_slot_t *h, const rkomp_block_t *b, int dev, int a
     if (RKOMP_UNLIKELY(!__atomic_load_n(&registered, __ATOMIC_RELAXED)) &&
         !__atomic_exchange_n(&registered, 1, __ATOMIC_RELAXED))
         atexit(flush_at_exit);
-    spin_lock(&h->plock);
-    pend_t *p = &h->pend[h->npend];
+    if (RKOMP_UNLIKELY(m->plast == PEND_CAP)) { /* room at the front: slide down */
+        memmove(m->pend, m->pend + m->pfirst, (m->plast - m->pfirst) * sizeof *m->pend);
+        m->plast -= m->pfirst;
+        m->pfirst = 0;
+    }
+    pend_t *p = &m->pend[m->plast++];
     /* seq_cst: ordered with the syncer's increment (a sync counted after
      * this load begins after this free). */
     p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
     p->b = *b;
     p->dev = dev;
     p->after = after;
-    __atomic_store_n(&h->npend, h->npend + 1, __ATOMIC_RELAXED);
-    h->pbytes += b->base ? b->base_bytes : b->bytes;
-    int over = h->npend > PEND_SOFT || h->pbytes > __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
-    spin_unlock(&h->plock);
-    return over;
+    pend_count(m);
+    m->pbytes += pend_size(p);
+    return m->plast - m->pfirst > PEND_SOFT ||
+           m->pbytes > __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
 }
 
 /* A thread leaves: what it left pending goes back now. */
-static void pend_thread_exit(hz_slot_t *h)
+static void pend_thread_exit(tmap_t *m)
 {
-    if (!__atomic_load_n(&h->npend, __ATOMIC_RELAXED))
+    if (!__atomic_load_n(&m->npend, __ATOMIC_RELAXED))
         return;
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    pend_t out[PEND_TAKE];
-    spin_lock(&h->plock);
-    size_t n = pend_take(h, out, PEND_TAKE, NULL, &mask, maxtag);
-    spin_unlock(&h->plock);
-    give_back_all(out, n);
+    int md = map_lock(m);
+    pend_devices(m, NULL, &mask, maxtag);
+    map_unlock(m, md);
     for (int d = 0; mask; d++, mask >>= 1)
         if (mask & 1)
             epoch_advance(d, maxtag[d], 1);
-    drain(h, NULL);
+    drain(m, NULL, m);
 }
 
 int rkomp_map_free(const void *ptr, int *ent_p)
 {
+    tmap_t *me = my_map;
+    if (RKOMP_UNLIKELY(!me))
+        me = map_register(); /* NULL: no memory; then no hazard and no list */
+    int mode = get_defer_mode(), md, dev; /* the first call may start CUDA: not under a lock */
+    size_t i;
     uint64_t h = mix(ptr);
-    shard_t *s = shard_of(h);
-    /* An empty shard cannot hold ptr: skip the lock (see lookup). */
-    if (!__atomic_load_n(&s->count, __ATOMIC_RELAXED))
+    tmap_t *m = find_locked(me, ptr, h, &md, &i);
+    if (!m)
         return 0;
-    hz_slot_t *hz = my_hz;
-    if (RKOMP_UNLIKELY(!hz))
-        hz = hz_register();
-    int mode = get_defer_mode(), dev; /* the first call may start CUDA: not under the lock */
-    spin_lock(&s->lock);
-    size_t i = s->count ? probe(s, ptr, h) : 0;
-    if (!s->count || !s->slots[i].ptr) {
-        spin_unlock(&s->lock);
-        return 0;
-    }
-    rkomp_block_t b = s->slots[i];
-    remove_at(s, i);
+    rkomp_block_t b = m->slots[i];
+    remove_at(m, i);
     *ent_p = b.ent;
-    /* The release is counted now, under this lock; the hazard keeps the
-     * resource until the block went back, or is in the thread's pending
-     * list where drop_ref finds it. Without a hazard slot (no memory), it is
-     * counted after the give-back, under the lock again. */
-    int after = AFTER_NONE, guard = 0, late = 0;
+    /* The release is counted now, under this lock. Without a map of our
+     * own (no hazard to publish) it is counted after the give-back, under
+     * the lock again. */
+    int after = AFTER_NONE, late = 0;
     if (b.ent >= 0) {
-        if (RKOMP_UNLIKELY(!hz))
+        if (RKOMP_UNLIKELY(!me))
             late = 1;
-        else if (count_release_locked(s, b.ent))
+        else if (count_release_locked(m, b.ent))
             after = AFTER_HARVESTED;
-        else
-            __atomic_store_n(&hz->mr, b.mr, __ATOMIC_RELEASE), guard = 1;
     } else if (b.ent == RKOMP_ENT_OWN) {
         after = AFTER_OWN_REF;
     }
-    spin_unlock(&s->lock);
-    if (RKOMP_UNLIKELY(mode) && hz && (dev = defer_dev(mode, &b)) >= 0) {
-        int over = pend_push(hz, &b, dev, after);
-        if (guard)
-            __atomic_store_n(&hz->mr, NULL, __ATOMIC_RELEASE);
+    if (RKOMP_UNLIKELY(mode) && me && (dev = defer_dev(mode, &b)) >= 0) {
+        int over;
+        if (RKOMP_LIKELY(m == me)) {
+            over = pend_push(me, &b, dev, after); /* out of the map and on the list at once */
+            map_unlock(me, md);
+        } else {
+            /* Another thread's block: the hazard keeps its resource until
+             * the block is on this thread's list. */
+            __atomic_store_n(&me->hz, b.mr, __ATOMIC_RELEASE);
+            map_unlock(m, md);
+            md = map_lock(me);
+            over = pend_push(me, &b, dev, after);
+            __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
+            map_unlock(me, md);
+        }
         if (RKOMP_UNLIKELY(over))
-            pend_over(hz);
+            pend_over(me);
         return 1;
     }
+    if (RKOMP_LIKELY(me != NULL))
+        __atomic_store_n(&me->hz, b.mr, __ATOMIC_RELEASE);
+    map_unlock(m, md);
     rkomp_give_back(&b, 1);
-    if (RKOMP_LIKELY(guard))
-        __atomic_store_n(&hz->mr, NULL, __ATOMIC_RELEASE);
+    if (RKOMP_LIKELY(me != NULL))
+        __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
     if (RKOMP_UNLIKELY(late)) {
-        spin_lock(&s->lock);
-        after = count_release_locked(s, b.ent) ? AFTER_HARVESTED : AFTER_NONE;
-        spin_unlock(&s->lock);
+        md = map_lock(m);
+        after = count_release_locked(m, b.ent) ? AFTER_HARVESTED : AFTER_NONE;
+        map_unlock(m, md);
     }
     settle_after(&b, after);
     return 1;
@@ -796,22 +928,17 @@ int rkomp_map_free(const void *ptr, int *ent_p)
 size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
 {
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    /* Every pending block's device and latest tag (the slots are never
-     * freed: the list may be walked without a lock)... */
-    for (hz_slot_t *h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next) {
-        if (!__atomic_load_n(&h->npend, __ATOMIC_RELAXED))
+    tmap_t *me = my_map;
+    if (err_p)
+        *err_p = 0;
+    /* Every pending block's device and newest tag (maps are never freed:
+     * the list may be walked without a lock)... */
+    for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next) {
+        if (!__atomic_load_n(&m->npend, __ATOMIC_RELAXED))
             continue;
-        spin_lock(&h->plock);
-        for (unsigned k = 0; k < h->npend; k++) {
-            pend_t *p = &h->pend[k];
-            if (mr && p->b.mr != mr)
-                continue;
-            uint64_t bit = (uint64_t)1 << p->dev;
-            if (!(mask & bit) || maxtag[p->dev] < p->tag)
-                maxtag[p->dev] = p->tag;
-            mask |= bit;
-        }
-        spin_unlock(&h->plock);
+        int md = map_lock(m);
+        pend_devices(m, mr, &mask, maxtag);
+        map_unlock(m, md);
     }
     if (!mask)
         return 0;
@@ -822,9 +949,9 @@ size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
             err = 1;
     /* ... then all of them go back. */
     size_t n = 0;
-    for (hz_slot_t *h = __atomic_load_n(&hz_head, __ATOMIC_ACQUIRE); h; h = h->next)
-        if (__atomic_load_n(&h->npend, __ATOMIC_RELAXED))
-            n += drain(h, mr);
+    for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next)
+        if (__atomic_load_n(&m->npend, __ATOMIC_RELAXED))
+            n += drain(m, mr, me);
     if (err_p)
         *err_p = err;
     return n;
@@ -837,38 +964,50 @@ __attribute__((destructor)) static void flush_at_unload(void) { rkomp_map_flush(
 
 int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
 {
+    tmap_t *m = my_map;
+    if (RKOMP_UNLIKELY(!m) && !(m = map_register()))
+        return -1;
     uint64_t h = mix(b->ptr);
-    shard_t *s = shard_of(h);
     int own_ref = 0;
     b->hash = (unsigned)h; /* the slot index uses the low bits only */
     /* Before the block is published (the program gets ptr after this call
-     * returns, so whoever frees it sees the bit). Read first: the line is
-     * written once per region, not per block. */
-    uint64_t bit = region_bit(b->ptr);
-    if (RKOMP_UNLIKELY(!(__atomic_load_n(&regions.bits, __ATOMIC_RELAXED) & bit)))
-        __atomic_fetch_or(&regions.bits, bit, __ATOMIC_RELEASE);
-    spin_lock(&s->lock);
+     * returns, so whoever frees it sees the bits). Read first: the lines
+     * are written once per region, not per block. */
+    uint64_t bit = region_bit(b->ptr), gbit = grain_bit(b->ptr);
+    if (RKOMP_UNLIKELY(!(__atomic_load_n(&rkomp_filter.regions, __ATOMIC_RELAXED) & bit)))
+        __atomic_fetch_or(&rkomp_filter.regions, bit, __ATOMIC_RELEASE);
+    uint64_t gw_bit, *gw = rkomp_grain_word(b->ptr, &gw_bit);
+    if (RKOMP_UNLIKELY(!(__atomic_load_n(gw, __ATOMIC_RELAXED) & gw_bit)))
+        __atomic_fetch_or(gw, gw_bit, __ATOMIC_RELEASE);
+    int md = map_lock(m);
+    uint64_t mr_bits = __atomic_load_n(&filt[m->idx].regions, __ATOMIC_RELAXED);
+    uint64_t mg_bits = __atomic_load_n(&filt[m->idx].grains, __ATOMIC_RELAXED);
+    if (RKOMP_UNLIKELY(!(mr_bits & bit)))
+        __atomic_store_n(&filt[m->idx].regions, mr_bits | bit, __ATOMIC_RELAXED);
+    if (RKOMP_UNLIKELY(!(mg_bits & gbit)))
+        __atomic_store_n(&filt[m->idx].grains, mg_bits | gbit, __ATOMIC_RELAXED);
     /* Grow at half load: probes stay short. */
-    if (RKOMP_UNLIKELY((s->count + 1) * 2 > (s->mask ? s->mask + 1 : 0)) && grow(s) != 0) {
-        spin_unlock(&s->lock);
+    if (RKOMP_UNLIKELY((m->count + 1) * 2 > (m->mask ? m->mask + 1 : 0)) && grow(m) != 0) {
+        map_unlock(m, md);
         return -1;
     }
     if (b->ent >= 0) {
-        /* Counted in its entry unless that was retired (harvested) or
-         * reused since the allocation picked it. */
-        if (RKOMP_LIKELY(!(__atomic_load_n(&s->n[b->ent].rel, __ATOMIC_RELAXED) & HARVESTED) &&
-                         __atomic_load_n(&ents[b->ent].gen, __ATOMIC_ACQUIRE) == gen)) {
-            s->n[b->ent].ins++;
+        /* Counted in its entry unless that was retired or reused since the
+         * allocation picked it. seq_cst: see "A map made after a harvest". */
+        entry_t *en = &ents[b->ent];
+        if (RKOMP_LIKELY(__atomic_load_n(&en->state, __ATOMIC_SEQ_CST) == ENT_ACTIVE &&
+                         __atomic_load_n(&en->gen, __ATOMIC_ACQUIRE) == gen)) {
+            m->n[b->ent].ins++;
         } else {
             b->ent = RKOMP_ENT_OWN;
             own_ref = 1;
         }
     }
-    size_t i = probe(s, b->ptr, h);
-    if (!s->slots[i].ptr)
-        __atomic_store_n(&s->count, s->count + 1, __ATOMIC_RELAXED);
-    s->slots[i] = *b;
-    spin_unlock(&s->lock);
+    size_t i = probe(m, b->ptr, h);
+    if (!m->slots[i].ptr)
+        __atomic_store_n(&m->count, m->count + 1, __ATOMIC_RELAXED);
+    m->slots[i] = *b;
+    map_unlock(m, md);
     return own_ref;
 }
 
@@ -876,30 +1015,15 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
 {
     if (!ptr)
         return 0;
-    uint64_t h = mix(ptr);
-    shard_t *s = shard_of(h);
-    /* An empty shard cannot hold ptr: skip the lock. This is what keeps
-     * omp_free of the runtime's blocks cheap once rankmem has served some
-     * (few live blocks of ours leave most shards empty). Safe without the
-     * lock: if ptr is ours, its insertion happened before this free (the
-     * program got ptr from that allocation), so the count it raised is
-     * seen, and only freeing ptr itself could bring it back down. */
-    if (!__atomic_load_n(&s->count, __ATOMIC_RELAXED))
+    int md;
+    size_t i;
+    tmap_t *m = find_locked(my_map, ptr, mix(ptr), &md, &i);
+    if (!m)
         return 0;
-    spin_lock(&s->lock);
-    if (!s->count) {
-        spin_unlock(&s->lock);
-        return 0;
-    }
-    size_t i = probe(s, ptr, h);
-    if (!s->slots[i].ptr) {
-        spin_unlock(&s->lock);
-        return 0;
-    }
-    *b_p = s->slots[i];
+    *b_p = m->slots[i];
     if (remove)
-        remove_at(s, i);
-    spin_unlock(&s->lock);
+        remove_at(m, i);
+    map_unlock(m, md);
     return 1;
 }
 
@@ -910,7 +1034,3 @@ void rkomp_map_forget(const void *ptr)
 }
 
 int rkomp_map_get(const void *ptr, rkomp_block_t *b_p) { return lookup(ptr, b_p, 0); }
-int rkomp_map_maybe(const void *ptr)
-{
-    return (__atomic_load_n(&regions.bits, __ATOMIC_ACQUIRE) & region_bit(ptr)) != 0;
-}

@@ -114,17 +114,6 @@ int rkomp_gpu_count_slow(void)
     return v;
 }
 
-rankmem_status_t rkomp_device_resource(rankmem_resource_t **mr_p, int *device_p)
-{
-    int d = 0;
-    /* With one visible device (or none: the host slot) it is device 0 and
-     * current: skip cudaGetDevice, which is on every omp_alloc otherwise. */
-    if (rkomp_gpu_count() > 1)
-        rankmem_current_device(&d);
-    *device_p = d;
-    return rankmem_get_device_resource(d, mr_p);
-}
-
 rankmem_resource_t *rkomp_shared_resource(int space)
 {
     if (space == RKOMP_SPACE_MANAGED)

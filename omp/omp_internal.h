@@ -164,8 +164,7 @@ RKOMP_HIDDEN void rkomp_slot_put(rkomp_allocator_t *a);
  * or the shared managed / pinned instance (host memory without a GPU). */
 RKOMP_HIDDEN rankmem_status_t rkomp_space_resource(int space, rankmem_resource_t **mr_p);
 /* The device space's resource and the device it belongs to (0 with no GPU).
- * With at most one visible device, no CUDA call. */
-RKOMP_HIDDEN rankmem_status_t rkomp_device_resource(rankmem_resource_t **mr_p, int *device_p);
+ * With at most one visible device, no CUDA call (below, after rkomp_gpu_count). */
 /* The shared managed / pinned resource (made on first use, kept for the
  * life of the process), or NULL when it cannot be made. */
 RKOMP_HIDDEN rankmem_resource_t *rkomp_shared_resource(int space);
@@ -176,6 +175,17 @@ static inline int rkomp_gpu_count(void)
 {
     int v = __atomic_load_n(&rkomp_ngpu, __ATOMIC_RELAXED);
     return RKOMP_LIKELY(v >= 0) ? v : rkomp_gpu_count_slow();
+}
+
+static inline rankmem_status_t rkomp_device_resource(rankmem_resource_t **mr_p, int *device_p)
+{
+    int d = 0;
+    /* With one visible device (or none: the host slot) it is device 0 and
+     * current: skip cudaGetDevice, which is on every omp_alloc otherwise. */
+    if (RKOMP_UNLIKELY(rkomp_gpu_count() > 1))
+        rankmem_current_device(&d);
+    *device_p = d;
+    return rankmem_get_device_resource(d, mr_p);
 }
 
 /* ---- the runtime's own functions (runtime.c) ---- */
@@ -218,7 +228,13 @@ RKOMP_HIDDEN int rkomp_interposed(void);
 
 /* RANKMEM_OMP_FREE_SYNC (default on): wait for the device before device
  * memory freed by omp_free goes back to its resource. */
-RKOMP_HIDDEN int rkomp_free_sync(void);
+RKOMP_HIDDEN extern int rkomp_free_sync_v, rkomp_rt_ready;
+static inline int rkomp_free_sync(void)
+{
+    if (RKOMP_UNLIKELY(!__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE)))
+        rkomp_rt();
+    return rkomp_free_sync_v;
+}
 /* RANKMEM_OMP_DEFER_BYTES (default 256 MiB; 0: no deferral), and the test
  * switch (see runtime.c): read with the rest at start-up. */
 RKOMP_HIDDEN size_t rkomp_defer_bytes(void);
@@ -255,7 +271,7 @@ RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
 /* omp_free of ptr: 0 when it is not ours. Else its block is out of the map
  * and either given back now (rkomp_give_back, then no longer counted for
  * its resource) or, for device-accessible memory with deferral on, put on
- * its shard's pending list, to be given back after a device sync that began
+ * the freeing thread's pending list, to be given back after a device sync that began
  * after this call (docs/openmp.md, "Deferred release"); *ent_p is the
  * block's entry (for rkomp_device_ent_check). */
 RKOMP_HIDDEN int rkomp_map_free(const void *ptr, int *ent_p);
@@ -267,20 +283,83 @@ RKOMP_HIDDEN size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p);
 /* Whether omp_free may defer (decided at the first call: needs the GPU count). */
 RKOMP_HIDDEN int rkomp_defer_on(void);
 /* Zero when ptr cannot be ours: no block of ours was ever inserted in its
- * 1 GiB region (hashed to one bit of a sticky, read-mostly word). Lets
- * omp_free of the runtime's blocks skip the map with one load. */
-RKOMP_HIDDEN int rkomp_map_maybe(const void *ptr);
+ * 1 GiB region or in its 2 MiB grain (each hashed to one bit of a sticky,
+ * read-mostly filter, written by rkomp_map_insert). Lets omp_free of the
+ * runtime's blocks skip the maps with two loads, inline. */
+#define RKOMP_GRAIN_WORDS 64u /* 4096 bits: a pool's worth of grains leaves most clear */
+typedef struct rkomp_filter {
+    uint64_t regions;                                          /* atomic */
+    uint64_t grains[RKOMP_GRAIN_WORDS] __attribute__((aligned(64))); /* atomic */
+} __attribute__((aligned(64))) rkomp_filter_t;
+RKOMP_HIDDEN extern rkomp_filter_t rkomp_filter;
+
+static inline uint64_t rkomp_region_bit(const void *p)
+{
+    return (uint64_t)1 << ((((uint64_t)(uintptr_t)p >> 30) * 0x9e3779b97f4a7c15ull) >> 58);
+}
+
+/* The global filter's grain word and bit: 12 bits of the 2 MiB grain's hash. */
+static inline uint64_t *rkomp_grain_word(const void *p, uint64_t *bit_p)
+{
+    uint64_t h = ((uint64_t)(uintptr_t)p >> 21) * 0x9e3779b97f4a7c15ull;
+    *bit_p = (uint64_t)1 << ((h >> 52) & 63);
+    return &rkomp_filter.grains[h >> 58];
+}
+
+static inline int rkomp_map_maybe(const void *ptr)
+{
+    uint64_t gbit, *gw = rkomp_grain_word(ptr, &gbit);
+    return (__atomic_load_n(&rkomp_filter.regions, __ATOMIC_ACQUIRE) & rkomp_region_bit(ptr)) &&
+           (__atomic_load_n(gw, __ATOMIC_ACQUIRE) & gbit);
+}
 
 /* A new ACTIVE entry for mr (an allocator's own chain), holding one
  * reference of its own, or -1 when all RKOMP_NENT are in use. */
 RKOMP_HIDDEN int rkomp_ent_create(rankmem_resource_t *mr);
 /* No longer in service: the reference goes once the entry's blocks are gone. */
 RKOMP_HIDDEN void rkomp_ent_retire(int ent);
+
+enum { RKOMP_ENT_FREE = 0, RKOMP_ENT_ACTIVE = 1, RKOMP_ENT_RETIRED = 2 };
+
+typedef struct rkomp_entry {
+    unsigned gen;            /* atomic; odd while being (re)initialised */
+    unsigned state;          /* atomic: RKOMP_ENT_* */
+    rankmem_resource_t *mr;  /* atomic; the layer's reference while not FREE */
+    int device;              /* atomic; the device whose current resource it is, or -1 */
+    long remaining;          /* atomic; after the harvest: blocks still live (+ bias) */
+} __attribute__((aligned(64))) rkomp_entry_t;
+
+RKOMP_HIDDEN extern rkomp_entry_t rkomp_ents[RKOMP_NENT];
+RKOMP_HIDDEN extern int rkomp_dev_ent[RKOMP_MAX_DEVICES]; /* atomic; entry + 1, 0 = none */
+
 /* Whether entry ent is ACTIVE for mr; *gen_p for rkomp_map_insert. */
-RKOMP_HIDDEN int rkomp_ent_pin(int ent, const rankmem_resource_t *mr, unsigned *gen_p);
+static inline int rkomp_ent_pin(int e, const rankmem_resource_t *mr, unsigned *gen_p)
+{
+    if (e < 0)
+        return 0;
+    rkomp_entry_t *en = &rkomp_ents[e];
+    unsigned g = __atomic_load_n(&en->gen, __ATOMIC_ACQUIRE);
+    /* Acquire loads: the second read of gen stays after them (a seqlock). */
+    int ok = !(g & 1u) && __atomic_load_n(&en->mr, __ATOMIC_ACQUIRE) == mr &&
+             __atomic_load_n(&en->state, __ATOMIC_ACQUIRE) == RKOMP_ENT_ACTIVE;
+    if (!ok || __atomic_load_n(&en->gen, __ATOMIC_RELAXED) != g)
+        return 0;
+    *gen_p = g;
+    return 1;
+}
+
 /* The entry of device's current resource mr (made, and the previous one
  * retired, when mr changed), or RKOMP_ENT_OWN. */
-RKOMP_HIDDEN int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p);
+RKOMP_HIDDEN int rkomp_device_ent_slow(int device, rankmem_resource_t *mr, unsigned *gen_p);
+static inline int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p)
+{
+    if (RKOMP_LIKELY(device >= 0 && device < RKOMP_MAX_DEVICES)) {
+        int e = __atomic_load_n(&rkomp_dev_ent[device], __ATOMIC_ACQUIRE) - 1;
+        if (RKOMP_LIKELY(rkomp_ent_pin(e, mr, gen_p)))
+            return e;
+    }
+    return rkomp_device_ent_slow(device, mr, gen_p);
+}
 /* Retire entry ent when it is a device's entry and that device's current
  * resource is no longer ent's. Safe at any time (rechecked under the entry
  * lock), so a free calls it after its block went back. */

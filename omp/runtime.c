@@ -14,7 +14,7 @@
 
 static rkomp_runtime_t rt;
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
-static int free_sync = 1;
+int rkomp_free_sync_v = 1;
 static size_t defer_bytes = (size_t)256 << 20;
 /* RKOMP_TEST_DEFER=1 (tests only, deliberately not a RANKMEM_* option):
  * without a GPU, host blocks of ours take the deferred-release path with a
@@ -100,7 +100,7 @@ static void resolve(void)
     if (v && *v) {
         int b;
         if (rankmem_parse_bool(v, &b) == RANKMEM_SUCCESS)
-            free_sync = b;
+            rkomp_free_sync_v = b;
         else
             fprintf(stderr,
                     "rankmem_omp: RANKMEM_OMP_FREE_SYNC: bad boolean '%s' (expected 1/0, on/off, "
@@ -124,17 +124,17 @@ static void resolve(void)
     apply_env_default();
 }
 
-static int rt_ready; /* atomic: resolve() finished (saves the once on hot paths) */
+int rkomp_rt_ready; /* atomic: resolve() finished (saves the once on hot paths) */
 
 static void resolve_once(void)
 {
     resolve();
-    __atomic_store_n(&rt_ready, 1, __ATOMIC_RELEASE);
+    __atomic_store_n(&rkomp_rt_ready, 1, __ATOMIC_RELEASE);
 }
 
 const rkomp_runtime_t *rkomp_rt(void)
 {
-    if (RKOMP_UNLIKELY(!__atomic_load_n(&rt_ready, __ATOMIC_ACQUIRE)))
+    if (RKOMP_UNLIKELY(!__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE)))
         pthread_once(&rt_once, resolve_once);
     return &rt;
 }
@@ -143,12 +143,6 @@ int rkomp_interposed(void)
 {
     rkomp_rt();
     return interposed;
-}
-
-int rkomp_free_sync(void)
-{
-    rkomp_rt();
-    return free_sync;
 }
 
 size_t rkomp_defer_bytes(void)

@@ -83,11 +83,35 @@ void rk_block_wake(rk_block_t *l)
  * for the owner to leave its plain section. */
 void rk_block_revoke(rk_block_t *l)
 {
+    rk_block_unbias(l);
+    /* A full barrier on every thread: the owner either sees biased == 0 at
+     * its second check, or its inside = 1 is visible to rk_block_wait_out. */
+    rk_membarrier();
+    rk_block_wait_out(l);
+}
+
+int rk_block_unbias(rk_block_t *l)
+{
+    int was = __atomic_load_n(&l->biased, __ATOMIC_RELAXED);
     __atomic_store_n(&l->biased, 0, __ATOMIC_SEQ_CST);
     l->streak = 0;
-    /* A full barrier on every thread: the owner either sees biased == 0 at
-     * its second check, or its inside = 1 is visible to the loop below. */
-    rk_membarrier();
+    return was;
+}
+
+void rk_block_wait_out(rk_block_t *l)
+{
     while (__atomic_load_n(&l->inside, __ATOMIC_ACQUIRE))
         relax();
+}
+
+void rk_block_rebind(rk_block_t *l, int take)
+{
+    const void *o = take && rk_membarrier_ready() ? rk_thread_tag() : NULL;
+    /* A biased previous owner would have to be revoked first: callers
+     * unbind (take == 0) a lock whose owner is the caller or gone. */
+    __atomic_store_n(&l->biased, 0, __ATOMIC_SEQ_CST);
+    __atomic_store_n(&l->owner, o, __ATOMIC_RELAXED);
+    l->streak = 0;
+    if (o)
+        __atomic_store_n(&l->biased, 1, __ATOMIC_RELAXED);
 }

@@ -21,7 +21,7 @@ typedef struct {
     int biased;        /* atomic: the owner may enter without v */
     int inside;        /* the owner is in a biased section (written by the owner only) */
     unsigned streak;   /* owner's entries through v since the bias was revoked (under v) */
-    const void *owner; /* rk_thread_tag() of the owner; NULL: never biased */
+    const void *owner; /* atomic: rk_thread_tag() of the owner; NULL: never biased */
 } rk_block_t;
 
 #define RK_BLOCK_REBIAS 1024u
@@ -39,6 +39,15 @@ RK_HIDDEN void rk_membarrier(void);
 RK_HIDDEN void rk_block_wait(rk_block_t *l);
 RK_HIDDEN void rk_block_wake(rk_block_t *l);
 RK_HIDDEN void rk_block_revoke(rk_block_t *l);
+/* The revocation in two halves, so that one membarrier serves many locks:
+ * under each lock's v, rk_block_unbias (1 when it was biased); then one
+ * rk_membarrier(); then rk_block_wait_out on each that was. */
+RK_HIDDEN int rk_block_unbias(rk_block_t *l);
+RK_HIDDEN void rk_block_wait_out(rk_block_t *l);
+/* Under v: the calling thread becomes the owner (biased at once when
+ * membarrier works), or, with take == 0, nobody is (a lock whose owner
+ * leaves for good: others then never pay a revocation). */
+RK_HIDDEN void rk_block_rebind(rk_block_t *l, int take);
 
 /* owner: the calling thread becomes the owner (biased at once) when
  * membarrier works; NULL owner: a plain lock. */
@@ -47,8 +56,9 @@ static inline void rk_block_init(rk_block_t *l, int biased_to_caller)
     l->v = 0;
     l->inside = 0;
     l->streak = 0;
-    l->owner = biased_to_caller && rk_membarrier_ready() ? rk_thread_tag() : NULL;
-    l->biased = l->owner != NULL;
+    const void *o = biased_to_caller && rk_membarrier_ready() ? rk_thread_tag() : NULL;
+    __atomic_store_n(&l->owner, o, __ATOMIC_RELAXED);
+    l->biased = o != NULL;
 }
 
 static inline void rk_block_take(rk_block_t *l)
@@ -62,7 +72,9 @@ static inline void rk_block_take(rk_block_t *l)
 /* Returns the mode to hand to rk_block_unlock. */
 static inline int rk_block_lock(rk_block_t *l)
 {
-    if (l->owner == rk_thread_tag()) {
+    /* Relaxed: the owner may change (rk_block_rebind), and only a thread
+     * comparing equal to its own tag acts on it. */
+    if (__atomic_load_n(&l->owner, __ATOMIC_RELAXED) == rk_thread_tag()) {
         if (RK_LIKELY(__atomic_load_n(&l->biased, __ATOMIC_RELAXED))) {
             __atomic_store_n(&l->inside, 1, __ATOMIC_RELAXED);
             __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the revoker's membarrier orders it */

@@ -2,7 +2,10 @@
  * through the predefined allocators, a shared pool_size allocator (null_fb),
  * a sync_hint private allocator, the runtime's own allocator, reallocs that
  * cross between them, and allocate clauses. At the end nothing is live in
- * the rank's resource. Run under ThreadSanitizer by hand (docs/openmp.md). */
+ * the rank's resource. Blocks are also freed, resized and looked up by
+ * threads other than the one that allocated them, and left behind by
+ * threads that exit. Run under ThreadSanitizer by hand (docs/openmp.md). */
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -70,6 +73,111 @@ static void swaps_under_load(rankmem_resource_t *cur, rankmem_resource_t *st)
        st2->refcount);
     rankmem_set_current_resource(st);
     rankmem_resource_release(st2);
+}
+
+/* Each thread's blocks are recorded in its own map: a block freed, resized
+ * or looked up by another thread is found through the other maps (whose
+ * owners lose their bias for a while), and the blocks of a thread that
+ * exited stay findable while its map waits for, or serves, a new thread. */
+#define CROSS 64
+static void *cross_blk[NTHREADS][CROSS];
+static int cross_bad;
+
+static size_t cross_size(int t, int i) { return 64 + (size_t)(t * CROSS + i); }
+
+static size_t live_of(rankmem_resource_t *st)
+{
+    rankmem_stats_t s = {.size = sizeof s};
+    rankmem_stats_get(st, &s);
+    return s.count_current;
+}
+
+static void *exit_worker(void *arg)
+{
+    void **out = arg;
+    for (int i = 0; i < CROSS; i++)
+        out[i] = omp_alloc(cross_size(0, i), rankmem_omp_device_mem_alloc);
+    return NULL; /* exits with its blocks live */
+}
+
+static void *churn_worker(void *arg)
+{
+    int *bad = arg;
+    for (int i = 0; i < 200; i++) {
+        void *p = omp_alloc(cross_size(1, i % CROSS), rankmem_omp_device_mem_alloc);
+        *bad += !is_ours(p);
+        omp_free(p, rankmem_omp_device_mem_alloc);
+    }
+    return NULL;
+}
+
+static void cross_threads(rankmem_resource_t *st)
+{
+    /* Blocks handed over through atomics (libgomp's barrier is invisible
+     * to ThreadSanitizer), and the allocator named inside the region. */
+    rankmem_omp_flush();
+    size_t live0 = live_of(st);
+#pragma omp parallel num_threads(NTHREADS)
+    {
+        int me = omp_get_thread_num(), bad = 0;
+        for (int i = 0; i < CROSS; i++)
+            __atomic_store_n(&cross_blk[me][i],
+                             omp_alloc(cross_size(me, i), rankmem_omp_device_mem_alloc),
+                             __ATOMIC_RELEASE);
+#pragma omp barrier
+        int other = (me + 1) % NTHREADS;
+        for (int i = 0; i < CROSS; i++) {
+            void *p = __atomic_load_n(&cross_blk[other][i], __ATOMIC_ACQUIRE);
+            size_t n = 0;
+            if (!p || rankmem_omp_block_info(p, &n, NULL) != RANKMEM_SUCCESS ||
+                n != cross_size(other, i)) {
+                bad++;
+                continue;
+            }
+            if (i % 4 == 0) {
+                void *q = omp_realloc(p, 2 * n, omp_null_allocator, omp_null_allocator);
+                if (!q || !is_ours(q)) {
+                    bad++;
+                    continue;
+                }
+                p = q;
+            }
+            omp_free(p, omp_null_allocator);
+        }
+        __atomic_fetch_add(&cross_bad, bad, __ATOMIC_RELEASE);
+    }
+    int cbad = __atomic_load_n(&cross_bad, __ATOMIC_ACQUIRE);
+    ok(cbad == 0, "16 threads free and resize each other's blocks: all found (%d not)", cbad);
+    rankmem_omp_flush();
+    ok(live_of(st) == live0, "... and all went back (%zu live, %zu before)", live_of(st), live0);
+
+    static void *left[4][CROSS];
+    int bad = 0, made = 1;
+    for (int t = 0; t < 4; t++) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, exit_worker, left[t]) != 0 || pthread_join(th, NULL) != 0)
+            made = 0;
+    }
+    for (int t = 0; t < 4 && made; t++)
+        for (int i = 0; i < CROSS; i++)
+            bad += !is_ours(left[t][i]);
+    /* New threads take the exited ones' maps over, blocks and all. */
+    for (int t = 0; t < 4 && made; t++) {
+        pthread_t th;
+        if (pthread_create(&th, NULL, churn_worker, &bad) != 0 || pthread_join(th, NULL) != 0)
+            made = 0;
+    }
+    for (int t = 0; t < 4 && made; t++)
+        for (int i = 0; i < CROSS; i++) {
+            uintptr_t a = addr_of(left[t][i]);
+            omp_free(left[t][i], rankmem_omp_device_mem_alloc);
+            bad += !was_freed(a);
+        }
+    rankmem_omp_flush();
+    ok(made && bad == 0 && live_of(st) == live0,
+       "blocks of 4 threads that exited: found and freed by another thread after new threads "
+       "reused their maps (%d bad, %zu live, %zu before)",
+       bad, live_of(st), live0);
 }
 
 int main(void)
@@ -189,6 +297,7 @@ int main(void)
     ok(s.count_current == 0 && s.bytes_current == 0 && s.count_total > 0,
        "the rank's resource: nothing live at the end (%zu blocks of %zu total)", s.count_current,
        s.count_total);
+    cross_threads(st);
     swaps_under_load(cur, st);
     rankmem_set_current_resource(cur);
     rankmem_resource_release(st);
