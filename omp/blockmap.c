@@ -263,11 +263,6 @@ static void unlock_all(tmap_t *head)
 rkomp_filter_t rkomp_filter;
 #define region_bit rkomp_region_bit
 
-static inline uint64_t grain_bit(const void *p)
-{
-    return (uint64_t)1 << ((((uint64_t)(uintptr_t)p >> 21) * 0x9e3779b97f4a7c15ull) >> 58);
-}
-
 /* splitmix64's finaliser: every input bit reaches every output bit, which
  * matters because our pointers share their low (alignment) bits. */
 static inline uint64_t mix(const void *p)
@@ -338,7 +333,8 @@ static inline void remove_at(tmap_t *m, size_t i)
 static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr, uint64_t h,
                                                     int *md_p, size_t *i_p)
 {
-    uint64_t rb = region_bit(ptr), gb = grain_bit(ptr);
+    uint64_t rb = region_bit(ptr), gb;
+    rkomp_grain_word(ptr, &gb); /* a map's grains use the global filter's bit */
     unsigned n = __atomic_load_n(&nfilt, __ATOMIC_ACQUIRE);
     if (n > MAX_MAPS)
         n = MAX_MAPS;
@@ -687,6 +683,24 @@ static int epoch_advance(int dev, uint64_t tag, int wait)
     }
 }
 
+/* epoch_advance for each device in mask, up to maxtag[d]: -1 when a sync
+ * failed, 1 when nothing moved (!wait and every device's sync was another
+ * thread's, still running), else 0. */
+static int advance_all(uint64_t mask, const uint64_t *maxtag, int wait)
+{
+    int rc = 1;
+    for (int d = 0; mask; d++, mask >>= 1) {
+        if (!(mask & 1))
+            continue;
+        int r = epoch_advance(d, maxtag[d], wait);
+        if (r < 0)
+            rc = -1;
+        else if (r == 0 && rc == 1)
+            rc = 0;
+    }
+    return rc;
+}
+
 static inline size_t pend_size(const pend_t *p) { return p->b.base ? p->b.base_bytes : p->b.bytes; }
 
 static inline void pend_count(tmap_t *m)
@@ -741,6 +755,17 @@ static void pend_devices(const tmap_t *m, const rankmem_resource_t *mr, uint64_t
             maxtag[p->dev] = p->tag;
         *mask_p |= bit;
     }
+}
+
+/* pend_devices under m's lock, skipped (no lock) when m holds nothing. */
+static void pend_collect(tmap_t *m, const rankmem_resource_t *mr, uint64_t *mask_p,
+                         uint64_t *maxtag)
+{
+    if (!__atomic_load_n(&m->npend, __ATOMIC_RELAXED))
+        return;
+    int md = map_lock(m);
+    pend_devices(m, mr, mask_p, maxtag);
+    map_unlock(m, md);
 }
 
 /* Blocks taken off a pending list go back, then what each still owes; the
@@ -809,11 +834,7 @@ static __attribute__((noinline)) void pend_over(tmap_t *m)
     give_back_batch(m, out, n);
     if (!mask)
         return;
-    int progress = 0;
-    for (int d = 0; mask; d++, mask >>= 1)
-        if ((mask & 1) && epoch_advance(d, maxtag[d], must) != 1)
-            progress = 1;
-    if (progress)
+    if (advance_all(mask, maxtag, must) != 1)
         drain(m, NULL, m);
 }
 
@@ -853,16 +874,12 @@ static inline int pend_push(tmap_t *m, const rkomp_block_t *b, int dev, int afte
 /* A thread leaves: what it left pending goes back now. */
 static void pend_thread_exit(tmap_t *m)
 {
-    if (!__atomic_load_n(&m->npend, __ATOMIC_RELAXED))
-        return;
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    int md = map_lock(m);
-    pend_devices(m, NULL, &mask, maxtag);
-    map_unlock(m, md);
-    for (int d = 0; mask; d++, mask >>= 1)
-        if (mask & 1)
-            epoch_advance(d, maxtag[d], 1);
-    drain(m, NULL, m);
+    pend_collect(m, NULL, &mask, maxtag);
+    if (mask) {
+        advance_all(mask, maxtag, 1);
+        drain(m, NULL, m);
+    }
 }
 
 int rkomp_map_free(const void *ptr, int *ent_p)
@@ -933,20 +950,12 @@ size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
         *err_p = 0;
     /* Every pending block's device and newest tag (maps are never freed:
      * the list may be walked without a lock)... */
-    for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next) {
-        if (!__atomic_load_n(&m->npend, __ATOMIC_RELAXED))
-            continue;
-        int md = map_lock(m);
-        pend_devices(m, mr, &mask, maxtag);
-        map_unlock(m, md);
-    }
+    for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next)
+        pend_collect(m, mr, &mask, maxtag);
     if (!mask)
         return 0;
     /* ... one sync of each such device (or one that began later)... */
-    int err = 0;
-    for (int d = 0; mask; d++, mask >>= 1)
-        if ((mask & 1) && epoch_advance(d, maxtag[d], 1) < 0)
-            err = 1;
+    int err = advance_all(mask, maxtag, 1) < 0;
     /* ... then all of them go back. */
     size_t n = 0;
     for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next)
@@ -973,12 +982,11 @@ int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
     /* Before the block is published (the program gets ptr after this call
      * returns, so whoever frees it sees the bits). Read first: the lines
      * are written once per region, not per block. */
-    uint64_t bit = region_bit(b->ptr), gbit = grain_bit(b->ptr);
+    uint64_t bit = region_bit(b->ptr), gbit, *gw = rkomp_grain_word(b->ptr, &gbit);
     if (RKOMP_UNLIKELY(!(__atomic_load_n(&rkomp_filter.regions, __ATOMIC_RELAXED) & bit)))
         __atomic_fetch_or(&rkomp_filter.regions, bit, __ATOMIC_RELEASE);
-    uint64_t gw_bit, *gw = rkomp_grain_word(b->ptr, &gw_bit);
-    if (RKOMP_UNLIKELY(!(__atomic_load_n(gw, __ATOMIC_RELAXED) & gw_bit)))
-        __atomic_fetch_or(gw, gw_bit, __ATOMIC_RELEASE);
+    if (RKOMP_UNLIKELY(!(__atomic_load_n(gw, __ATOMIC_RELAXED) & gbit)))
+        __atomic_fetch_or(gw, gbit, __ATOMIC_RELEASE);
     int md = map_lock(m);
     uint64_t mr_bits = __atomic_load_n(&filt[m->idx].regions, __ATOMIC_RELAXED);
     uint64_t mg_bits = __atomic_load_n(&filt[m->idx].grains, __ATOMIC_RELAXED);
