@@ -137,8 +137,13 @@ void rkomp_give_back(const rkomp_block_t *b, int immediate)
     leave_device(prev);
 #endif
     if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
-        fprintf(stderr, "rankmem_omp: omp_free(%p): %s: %s\n", b->ptr, rankmem_status_string(st),
-                rankmem_last_error());
+        rkomp_give_back_failed(b, st);
+}
+
+void rkomp_give_back_failed(const rkomp_block_t *b, rankmem_status_t st)
+{
+    fprintf(stderr, "rankmem_omp: omp_free(%p): %s: %s\n", b->ptr, rankmem_status_string(st),
+            rankmem_last_error());
 }
 
 int rkomp_sync_device(int dev)
@@ -220,22 +225,28 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
     int ins = -1;
     if (!zero || zero_fill(mr, p, size) == 0)
         ins = rkomp_map_insert(&b, gen);
-    if (RKOMP_UNLIKELY(ins == 1) && rankmem_resource_retain(mr) != RANKMEM_SUCCESS) {
-        /* The entry was retired under us and the resource has no reference
-         * left: it is gone, so is the block; nothing can be given back. */
-        rkomp_map_forget(p);
+    return RKOMP_LIKELY(ins == 0) ? p : rkomp_serve_tail(&b, ins);
+}
+
+void *rkomp_serve_tail(rkomp_block_t *b, int ins)
+{
+    if (ins == 1) {
+        /* The entry was retired under us: the block takes a reference of
+         * its own, unless the resource has none left: then it is gone, so
+         * is the block; nothing can be given back. */
+        if (rankmem_resource_retain(b->mr) == RANKMEM_SUCCESS)
+            return b->ptr;
+        rkomp_map_forget(b->ptr);
         return NULL;
     }
-    if (RKOMP_UNLIKELY(ins < 0)) {
-        if (b.base)
-            rankmem_deallocate(mr, b.base, b.base_bytes, RANKMEM_DEFAULT_ALIGNMENT);
-        else
-            rankmem_deallocate(mr, p, size, al);
-        if (ent == RKOMP_ENT_OWN)
-            rankmem_resource_release(mr);
-        return NULL;
-    }
-    return p;
+    /* Not recorded (no memory for the map, or the zero fill failed). */
+    if (b->base)
+        rankmem_deallocate(b->mr, b->base, b->base_bytes, RANKMEM_DEFAULT_ALIGNMENT);
+    else
+        rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
+    if (b->ent == RKOMP_ENT_OWN)
+        rankmem_resource_release(b->mr);
+    return NULL;
 }
 
 static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero, int depth);
@@ -243,8 +254,12 @@ static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero
 void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
 {
     void *p = serve(a, alignment, size, zero);
-    if (RKOMP_LIKELY(p != NULL))
-        return p;
+    return RKOMP_LIKELY(p != NULL) ? p : rkomp_alloc_failed(a, alignment, size, zero, depth);
+}
+
+void *rkomp_alloc_failed(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
+{
+    void *p;
     /* Blocks waiting for a device sync may be what is missing: give them
      * all back, then try once more before the fallback. */
     if (a->space != RKOMP_SPACE_FOREIGN && rkomp_defer_on() && rkomp_map_flush(NULL, NULL) &&
@@ -293,7 +308,7 @@ static inline int classify(rkomp_handle_t h, rkomp_allocator_t **a_p)
 {
     /* The predefined device allocator (the common case) is always live: no
      * range, state or generation check. */
-    if (RKOMP_LIKELY(h == (uintptr_t)&rkomp_slots[0] + 1u)) {
+    if (RKOMP_LIKELY(h == RKOMP_DEVICE_HANDLE)) {
         *a_p = &rkomp_slots[0].a;
         return 1;
     }
@@ -308,8 +323,16 @@ static inline int classify(rkomp_handle_t h, rkomp_allocator_t **a_p)
 static int bad_alignment(size_t alignment) { return alignment & (alignment - 1); }
 
 /* Our part of each entry point; *handled_p = 0 means "forward". */
-static void *our_alloc(size_t alignment, size_t size, int zero, rkomp_handle_t h, int *handled_p)
+static inline void *our_alloc(size_t alignment, size_t size, int zero, rkomp_handle_t h,
+                              int *handled_p)
 {
+    /* The predefined device allocator, unaligned and not zeroed: the
+     * common case, in one call. */
+    if (RKOMP_LIKELY(h == RKOMP_DEVICE_HANDLE) && !zero && size &&
+        alignment <= RANKMEM_DEFAULT_ALIGNMENT && !bad_alignment(alignment)) {
+        *handled_p = 1;
+        return rkomp_dev_alloc(size);
+    }
     rkomp_allocator_t *a = NULL;
     if (!classify(h, &a)) {
         *handled_p = 0;

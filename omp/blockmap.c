@@ -131,8 +131,10 @@ typedef struct tmap {
     rk_block_t lock; /* biased to the thread that claimed the map; guards all below */
     unsigned count;  /* live blocks; written under the lock, atomically (read without it) */
     size_t mask;     /* capacity - 1; 0 while slots is NULL */
+    unsigned shift;  /* 32 - log2(capacity): a hash's top bits are its home slot */
     rkomp_block_t *slots;
     unsigned idx;               /* its filter: filt[idx] */
+    uintptr_t last_grain;       /* 2 MiB grain of the latest insert: its filter bits are set */
     rankmem_resource_t *hz;     /* atomic: what a give-back of this thread is inside, or NULL */
     unsigned used;              /* atomic: claimed by a live thread */
     struct tmap *next;          /* fixed once published */
@@ -144,6 +146,8 @@ typedef struct tmap {
     /* The thread's pending blocks, oldest first: pend[pfirst .. plast). */
     unsigned pfirst, plast;
     unsigned npend; /* plast - pfirst, stored atomically (read without the lock) */
+    uint64_t pmask; /* devices with blocks pushed since the list was last empty */
+    uint64_t ptag[RKOMP_MAX_DEVICES]; /* and each one's newest tag (tags only grow) */
     size_t pbytes;
     pend_t pend[PEND_CAP];
 } __attribute__((aligned(64))) tmap_t;
@@ -207,6 +211,7 @@ static __attribute__((noinline)) tmap_t *map_register(void)
         if (idx >= MAX_MAPS || !(m = aligned_alloc(_Alignof(tmap_t), sizeof *m)))
             return NULL; /* (a slot lost to a failed allocation is only never used) */
         memset(m, 0, sizeof *m);
+        m->last_grain = UINTPTR_MAX;
         rk_block_init(&m->lock, 0);
         m->used = 1;
         m->idx = idx;
@@ -263,23 +268,20 @@ static void unlock_all(tmap_t *head)
 rkomp_filter_t rkomp_filter;
 #define region_bit rkomp_region_bit
 
-/* splitmix64's finaliser: every input bit reaches every output bit, which
- * matters because our pointers share their low (alignment) bits. */
-static inline uint64_t mix(const void *p)
+/* Fibonacci hashing: the multiply carries every bit of the pointer into the
+ * high half, whose top bits pick the home slot (our pointers share their
+ * low, alignment bits). Four instructions: this is on every alloc and free. */
+static inline unsigned hash_of(const void *p)
 {
-    uint64_t x = (uint64_t)(uintptr_t)p;
-    x ^= x >> 30;
-    x *= 0xbf58476d1ce4e5b9ull;
-    x ^= x >> 27;
-    x *= 0x94d049bb133111ebull;
-    x ^= x >> 31;
-    return x;
+    return (unsigned)(((uint64_t)(uintptr_t)p * 0x9e3779b97f4a7c15ull) >> 32);
 }
 
+static inline size_t home_of(const tmap_t *m, unsigned h) { return (size_t)(h >> m->shift); }
+
 /* Under the lock: slot holding ptr, or the empty slot where it would go. */
-static inline size_t probe(const tmap_t *m, const void *ptr, uint64_t h)
+static inline size_t probe(const tmap_t *m, const void *ptr, unsigned h)
 {
-    size_t i = (size_t)h & m->mask;
+    size_t i = home_of(m, h);
     while (m->slots[i].ptr && m->slots[i].ptr != ptr)
         i = (i + 1) & m->mask;
     return i;
@@ -297,6 +299,7 @@ static int grow(tmap_t *m)
     size_t old_cap = m->mask ? m->mask + 1 : 0;
     m->slots = n;
     m->mask = cap - 1;
+    m->shift = 32u - (unsigned)__builtin_ctzll((unsigned long long)cap);
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].ptr)
             m->slots[probe(m, old[i].ptr, old[i].hash)] = old[i];
@@ -314,7 +317,7 @@ static inline void remove_at(tmap_t *m, size_t i)
         j = (j + 1) & m->mask;
         if (!m->slots[j].ptr)
             break;
-        size_t home = (size_t)m->slots[j].hash & m->mask;
+        size_t home = home_of(m, m->slots[j].hash);
         if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
             m->slots[hole] = m->slots[j];
             hole = j;
@@ -330,7 +333,7 @@ static inline void remove_at(tmap_t *m, size_t i)
  * are safe without the lock: if ptr is live in a map, its insertion
  * happened before this call (the program got ptr from it) and only freeing
  * ptr could undo it. */
-static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr, uint64_t h,
+static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr, unsigned h,
                                                     int *md_p, size_t *i_p)
 {
     uint64_t rb = region_bit(ptr), gb;
@@ -357,7 +360,7 @@ static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr,
     return NULL;
 }
 
-static inline tmap_t *find_locked(tmap_t *me, const void *ptr, uint64_t h, int *md_p, size_t *i_p)
+static inline tmap_t *find_locked(tmap_t *me, const void *ptr, unsigned h, int *md_p, size_t *i_p)
 {
     if (RKOMP_LIKELY(me != NULL) && __atomic_load_n(&me->count, __ATOMIC_RELAXED)) {
         int md = map_lock(me);
@@ -589,7 +592,7 @@ static void rel_harvested(int e)
 }
 
 /* What a block's give-back still owes its entry or resource (AFTER_*). */
-static void settle_after(const rkomp_block_t *b, int after)
+static inline void settle_after(const rkomp_block_t *b, int after)
 {
     if (after == AFTER_HARVESTED)
         rel_harvested(b->ent);
@@ -705,8 +708,10 @@ static inline size_t pend_size(const pend_t *p) { return p->b.base ? p->b.base_b
 
 static inline void pend_count(tmap_t *m)
 {
-    if (m->pfirst == m->plast)
+    if (m->pfirst == m->plast) {
         m->pfirst = m->plast = 0;
+        m->pmask = 0;
+    }
     __atomic_store_n(&m->npend, m->plast - m->pfirst, __ATOMIC_RELAXED);
 }
 
@@ -746,6 +751,17 @@ static size_t take_ready(tmap_t *m, pend_t *out, size_t max, const rankmem_resou
 static void pend_devices(const tmap_t *m, const rankmem_resource_t *mr, uint64_t *mask_p,
                          uint64_t *maxtag)
 {
+    if (!mr) {
+        /* Kept up by pend_push: no walk. A device whose blocks all went
+         * back may still be named (one sync too many, never one too few). */
+        for (uint64_t mk = m->pmask; mk; mk &= mk - 1) {
+            int d = __builtin_ctzll(mk);
+            if (!(*mask_p >> d & 1) || maxtag[d] < m->ptag[d])
+                maxtag[d] = m->ptag[d];
+        }
+        *mask_p |= m->pmask;
+        return;
+    }
     for (unsigned i = m->pfirst; i < m->plast; i++) {
         const pend_t *p = &m->pend[i];
         if (mr && p->b.mr != mr)
@@ -775,7 +791,7 @@ static void pend_collect(tmap_t *m, const rankmem_resource_t *mr, uint64_t *mask
 static void give_back_batch(tmap_t *me, pend_t *out, size_t n)
 {
     for (size_t k = 0; k < n; k++)
-        rkomp_give_back(&out[k].b, 0);
+        rkomp_give_back_fast(&out[k].b, 0);
     if (me)
         __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
     for (size_t k = 0; k < n; k++)
@@ -790,7 +806,9 @@ static size_t drain(tmap_t *m, const rankmem_resource_t *mr, tmap_t *me)
     size_t total = 0, n;
     do {
         int md = map_lock(m);
-        n = take_ready(m, out, PEND_TAKE, mr, 0);
+        /* Everything (mr NULL) follows a sync of every device pending:
+         * from the head, without compacting what stays. */
+        n = take_ready(m, out, PEND_TAKE, mr, mr == NULL);
         if (n && me)
             __atomic_store_n(&me->hz, HZ_ANY, __ATOMIC_RELEASE);
         if (n && !me) {
@@ -865,6 +883,8 @@ static inline int pend_push(tmap_t *m, const rkomp_block_t *b, int dev, int afte
     p->b = *b;
     p->dev = dev;
     p->after = after;
+    m->pmask |= (uint64_t)1 << dev;
+    m->ptag[dev] = p->tag;
     pend_count(m);
     m->pbytes += pend_size(p);
     return m->plast - m->pfirst > PEND_SOFT ||
@@ -889,7 +909,7 @@ int rkomp_map_free(const void *ptr, int *ent_p)
         me = map_register(); /* NULL: no memory; then no hazard and no list */
     int mode = get_defer_mode(), md, dev; /* the first call may start CUDA: not under a lock */
     size_t i;
-    uint64_t h = mix(ptr);
+    unsigned h = hash_of(ptr);
     tmap_t *m = find_locked(me, ptr, h, &md, &i);
     if (!m)
         return 0;
@@ -930,7 +950,7 @@ int rkomp_map_free(const void *ptr, int *ent_p)
     if (RKOMP_LIKELY(me != NULL))
         __atomic_store_n(&me->hz, b.mr, __ATOMIC_RELEASE);
     map_unlock(m, md);
-    rkomp_give_back(&b, 1);
+    rkomp_give_back_fast(&b, 1);
     if (RKOMP_LIKELY(me != NULL))
         __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
     if (RKOMP_UNLIKELY(late)) {
@@ -971,29 +991,39 @@ __attribute__((destructor)) static void flush_at_unload(void) { rkomp_map_flush(
 
 /* ---- the map ---- */
 
-int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
+/* Record b in m, the caller's own map (rkomp_map_insert's contract). */
+static inline int insert_in(tmap_t *m, rkomp_block_t *b, unsigned gen)
 {
-    tmap_t *m = my_map;
-    if (RKOMP_UNLIKELY(!m) && !(m = map_register()))
-        return -1;
-    uint64_t h = mix(b->ptr);
+    unsigned h = hash_of(b->ptr);
     int own_ref = 0;
-    b->hash = (unsigned)h; /* the slot index uses the low bits only */
+    b->hash = h;
     /* Before the block is published (the program gets ptr after this call
      * returns, so whoever frees it sees the bits). Read first: the lines
      * are written once per region, not per block. */
-    uint64_t bit = region_bit(b->ptr), gbit, *gw = rkomp_grain_word(b->ptr, &gbit);
-    if (RKOMP_UNLIKELY(!(__atomic_load_n(&rkomp_filter.regions, __ATOMIC_RELAXED) & bit)))
-        __atomic_fetch_or(&rkomp_filter.regions, bit, __ATOMIC_RELEASE);
-    if (RKOMP_UNLIKELY(!(__atomic_load_n(gw, __ATOMIC_RELAXED) & gbit)))
-        __atomic_fetch_or(gw, gbit, __ATOMIC_RELEASE);
+    /* The filters' bits are never cleared: a block in the grain of this
+     * map's previous insert finds them set (most do: a pool reuses what
+     * was just freed). */
+    uintptr_t grain = (uintptr_t)b->ptr >> 21;
+    int fresh = grain != m->last_grain;
+    uint64_t bit = 0, gbit = 0;
+    if (RKOMP_UNLIKELY(fresh)) {
+        uint64_t *gw = rkomp_grain_word(b->ptr, &gbit);
+        bit = region_bit(b->ptr);
+        if (!(__atomic_load_n(&rkomp_filter.regions, __ATOMIC_RELAXED) & bit))
+            __atomic_fetch_or(&rkomp_filter.regions, bit, __ATOMIC_RELEASE);
+        if (!(__atomic_load_n(gw, __ATOMIC_RELAXED) & gbit))
+            __atomic_fetch_or(gw, gbit, __ATOMIC_RELEASE);
+    }
     int md = map_lock(m);
-    uint64_t mr_bits = __atomic_load_n(&filt[m->idx].regions, __ATOMIC_RELAXED);
-    uint64_t mg_bits = __atomic_load_n(&filt[m->idx].grains, __ATOMIC_RELAXED);
-    if (RKOMP_UNLIKELY(!(mr_bits & bit)))
-        __atomic_store_n(&filt[m->idx].regions, mr_bits | bit, __ATOMIC_RELAXED);
-    if (RKOMP_UNLIKELY(!(mg_bits & gbit)))
-        __atomic_store_n(&filt[m->idx].grains, mg_bits | gbit, __ATOMIC_RELAXED);
+    if (RKOMP_UNLIKELY(fresh)) {
+        uint64_t mr_bits = __atomic_load_n(&filt[m->idx].regions, __ATOMIC_RELAXED);
+        uint64_t mg_bits = __atomic_load_n(&filt[m->idx].grains, __ATOMIC_RELAXED);
+        if (!(mr_bits & bit))
+            __atomic_store_n(&filt[m->idx].regions, mr_bits | bit, __ATOMIC_RELAXED);
+        if (!(mg_bits & gbit))
+            __atomic_store_n(&filt[m->idx].grains, mg_bits | gbit, __ATOMIC_RELAXED);
+        m->last_grain = grain;
+    }
     /* Grow at half load: probes stay short. */
     if (RKOMP_UNLIKELY((m->count + 1) * 2 > (m->mask ? m->mask + 1 : 0)) && grow(m) != 0) {
         map_unlock(m, md);
@@ -1019,13 +1049,51 @@ int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
     return own_ref;
 }
 
+int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
+{
+    tmap_t *m = my_map;
+    if (RKOMP_UNLIKELY(!m) && !(m = map_register()))
+        return -1;
+    return insert_in(m, b, gen);
+}
+
+/* The predefined device allocator on its common path, in one function (the
+ * general one, serve() and rkomp_alloc_ours, calls four levels deep and
+ * checks what is known here): one visible device (or none), its current
+ * resource's entry active, the thread's map made, no over-allocation
+ * (al is RANKMEM_DEFAULT_ALIGNMENT). Anything else takes the general path,
+ * which gives the same result. */
+void *rkomp_dev_alloc(size_t size)
+{
+    rkomp_allocator_t *a = &rkomp_slots[0].a;
+    tmap_t *m = my_map;
+    rankmem_resource_t *mr;
+    unsigned gen;
+    int e;
+    if (RKOMP_UNLIKELY(!m || rkomp_gpu_count() > 1) ||
+        RKOMP_UNLIKELY(rankmem_get_device_resource(0, &mr) != RANKMEM_SUCCESS) ||
+        RKOMP_UNLIKELY((e = __atomic_load_n(&dev_ent[0], __ATOMIC_ACQUIRE) - 1) < 0) ||
+        RKOMP_UNLIKELY(!rkomp_ent_pin(e, mr, &gen)))
+        return rkomp_alloc_ours(a, 1, size, 0, 0);
+    rkomp_block_t b = {NULL, mr, size, RANKMEM_DEFAULT_ALIGNMENT, RKOMP_DEVICE_HANDLE, NULL, 0,
+                       e, 0};
+    if (RKOMP_UNLIKELY(rankmem_allocate(mr, size, RANKMEM_DEFAULT_ALIGNMENT, &b.ptr) !=
+                       RANKMEM_SUCCESS))
+        return rkomp_alloc_failed(a, 1, size, 0, 0);
+    int ins = insert_in(m, &b, gen);
+    if (RKOMP_LIKELY(ins == 0))
+        return b.ptr;
+    void *p = rkomp_serve_tail(&b, ins);
+    return p ? p : rkomp_alloc_failed(a, 1, size, 0, 0);
+}
+
 static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
 {
     if (!ptr)
         return 0;
     int md;
     size_t i;
-    tmap_t *m = find_locked(my_map, ptr, mix(ptr), &md, &i);
+    tmap_t *m = find_locked(my_map, ptr, hash_of(ptr), &md, &i);
     if (!m)
         return 0;
     *b_p = m->slots[i];

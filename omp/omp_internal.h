@@ -141,6 +141,9 @@ static inline rkomp_allocator_t *rkomp_lookup(rkomp_handle_t h)
     return a;
 }
 
+/* The predefined device allocator's handle (slot 0, generation 0 for ever). */
+#define RKOMP_DEVICE_HANDLE ((uintptr_t)&rkomp_slots[0] + 1u)
+
 static inline rkomp_handle_t rkomp_handle_of(const rkomp_allocator_t *a)
 {
     return (uintptr_t)a | ((uintptr_t)(a->gen & RKOMP_GEN_MASK) << 1) | 1u;
@@ -256,7 +259,7 @@ typedef struct rkomp_block {
     void *base;               /* over-allocated for its alignment: what rankmem gave, else NULL */
     size_t base_bytes;        /* and its size (its alignment is RANKMEM_DEFAULT_ALIGNMENT) */
     int ent;                  /* resource entry counting it, or RKOMP_ENT_NONE / _OWN */
-    unsigned hash;            /* the map's hash of ptr (low bits: home slot), set by the map */
+    unsigned hash;            /* the map's hash of ptr (top bits: home slot), set by the map */
 } rkomp_block_t;
 
 /* Record b. An entry-counted block (b->ent >= 0, gen from rkomp_ent_pin or
@@ -372,6 +375,23 @@ RKOMP_HIDDEN void rkomp_device_ent_check(int ent);
  * says so; 0: a pending block whose wait was a sync epoch. Touches nothing
  * of b's resource after rankmem_deallocate returns. */
 RKOMP_HIDDEN void rkomp_give_back(const rkomp_block_t *b, int immediate);
+/* Reports a failed rankmem_deallocate of b (st) on stderr. */
+RKOMP_HIDDEN void rkomp_give_back_failed(const rkomp_block_t *b, rankmem_status_t st);
+/* rkomp_give_back with its common case inline: one visible device (or
+ * none), no wait owed, no over-allocation. */
+static inline void rkomp_give_back_fast(const rkomp_block_t *b, int immediate)
+{
+    int n = rkomp_gpu_count();
+    if (RKOMP_LIKELY(n <= 1 && !b->base) &&
+        (!immediate || !n || !rkomp_free_sync() ||
+         !(b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
+        rankmem_status_t st = rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
+        if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
+            rkomp_give_back_failed(b, st);
+        return;
+    }
+    rkomp_give_back(b, immediate);
+}
 /* cudaDeviceSynchronize on device dev (made current for it): 0, or -1 when
  * it failed. Without a GPU (the test switch) a no-op. */
 RKOMP_HIDDEN int rkomp_sync_device(int dev);
@@ -381,5 +401,15 @@ RKOMP_HIDDEN int rkomp_sync_device(int dev);
 /* Allocate through one of our live allocators, fallback included. */
 RKOMP_HIDDEN void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size,
                                     int zero, int depth);
+/* What rkomp_alloc_ours does once a first attempt failed: give back what
+ * waits for a device sync, try again, then the allocator's fallback. */
+RKOMP_HIDDEN void *rkomp_alloc_failed(rkomp_allocator_t *a, size_t alignment, size_t size,
+                                      int zero, int depth);
+/* b was allocated but rkomp_map_insert returned ins (1 or -1): b->ptr when
+ * the block could still be kept, else NULL with the block given back. */
+RKOMP_HIDDEN void *rkomp_serve_tail(rkomp_block_t *b, int ins);
+/* omp_alloc(size > 0) through the predefined device allocator, alignment at
+ * most RANKMEM_DEFAULT_ALIGNMENT, not zeroed (blockmap.c). */
+RKOMP_HIDDEN void *rkomp_dev_alloc(size_t size);
 
 #endif
