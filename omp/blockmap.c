@@ -905,6 +905,11 @@ static void pend_thread_exit(tmap_t *m)
 int rkomp_map_free(const void *ptr, int *ent_p)
 {
     tmap_t *me = my_map;
+    /* In the grain of this thread's latest insert the filters would answer
+     * "maybe" (their bits are set, never cleared): skip them. */
+    if (!(RKOMP_LIKELY(me != NULL) && ((uintptr_t)ptr >> 21) == me->last_grain) &&
+        !rkomp_map_maybe(ptr))
+        return 0;
     if (RKOMP_UNLIKELY(!me))
         me = map_register(); /* NULL: no memory; then no hazard and no list */
     int mode = get_defer_mode(), md, dev; /* the first call may start CUDA: not under a lock */

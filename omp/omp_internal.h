@@ -271,7 +271,8 @@ RKOMP_HIDDEN int rkomp_map_insert(rkomp_block_t *b, unsigned gen);
 /* 1 and *b_p filled when ptr is ours; else 0. */
 RKOMP_HIDDEN int rkomp_map_get(const void *ptr, rkomp_block_t *b_p);
 RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
-/* omp_free of ptr: 0 when it is not ours. Else its block is out of the map
+/* omp_free of ptr (not NULL): 0 when it is not ours (decided by the
+ * filters below, or the thread's own map). Else its block is out of the map
  * and either given back now (rkomp_give_back, then no longer counted for
  * its resource) or, for device-accessible memory with deferral on, put on
  * the freeing thread's pending list, to be given back after a device sync that began
