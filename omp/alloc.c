@@ -140,6 +140,13 @@ void rkomp_give_back(const rkomp_block_t *b, int immediate)
         rkomp_give_back_failed(b, st);
 }
 
+void rkomp_give_back_many_failed(const rankmem_resource_t *mr, size_t n, size_t failed,
+                                 rankmem_status_t st)
+{
+    fprintf(stderr, "rankmem_omp: omp_free: %zu of %zu blocks could not go back to '%s': %s: %s\n",
+            failed, n, mr->ops->name, rankmem_status_string(st), rankmem_last_error());
+}
+
 void rkomp_give_back_failed(const rkomp_block_t *b, rankmem_status_t st)
 {
     fprintf(stderr, "rankmem_omp: omp_free(%p): %s: %s\n", b->ptr, rankmem_status_string(st),

@@ -790,8 +790,23 @@ static void pend_collect(tmap_t *m, const rankmem_resource_t *mr, uint64_t *mask
  * waited for by its own thread, and every block of the batch is back. */
 static void give_back_batch(tmap_t *me, pend_t *out, size_t n)
 {
-    for (size_t k = 0; k < n; k++)
-        rkomp_give_back_fast(&out[k].b, 0);
+    rankmem_block_t run[PEND_TAKE];
+    for (size_t k = 0, j; k < n; k = j) {
+        const rkomp_block_t *b = &out[k].b;
+        if (!rkomp_batchable(b)) {
+            rkomp_give_back_fast(b, 0);
+            j = k + 1;
+            continue;
+        }
+        /* A run of one resource's blocks: one call, and for a pool one
+         * lock, for all of them. */
+        size_t r = 0, failed;
+        for (j = k; j < n && out[j].b.mr == b->mr && rkomp_batchable(&out[j].b); j++)
+            run[r++] = (rankmem_block_t){out[j].b.ptr, out[j].b.bytes, out[j].b.alignment};
+        rankmem_status_t st = rankmem_deallocate_many(b->mr, run, r, &failed);
+        if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
+            rkomp_give_back_many_failed(b->mr, r, failed, st);
+    }
     if (me)
         __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
     for (size_t k = 0; k < n; k++)

@@ -378,6 +378,15 @@ RKOMP_HIDDEN void rkomp_device_ent_check(int ent);
 RKOMP_HIDDEN void rkomp_give_back(const rkomp_block_t *b, int immediate);
 /* Reports a failed rankmem_deallocate of b (st) on stderr. */
 RKOMP_HIDDEN void rkomp_give_back_failed(const rkomp_block_t *b, rankmem_status_t st);
+/* Whether a pending block (its wait done) may go back in a batch, through
+ * rankmem_deallocate_many: no device to enter, no over-allocation. */
+static inline int rkomp_batchable(const rkomp_block_t *b)
+{
+    return rkomp_gpu_count() <= 1 && !b->base;
+}
+/* Reports that failed of n blocks could not go back to mr (st) on stderr. */
+RKOMP_HIDDEN void rkomp_give_back_many_failed(const rankmem_resource_t *mr, size_t n,
+                                              size_t failed, rankmem_status_t st);
 /* rkomp_give_back with its common case inline: one visible device (or
  * none), no wait owed, no over-allocation. */
 static inline void rkomp_give_back_fast(const rkomp_block_t *b, int immediate)

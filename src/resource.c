@@ -162,6 +162,36 @@ rankmem_status_t rankmem_deallocate(rankmem_resource_t *mr, void *ptr, size_t by
     return rankmem_deallocate_async(mr, ptr, bytes, alignment, NULL);
 }
 
+rankmem_status_t rankmem_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
+                                         size_t n, size_t *failed_p)
+{
+    size_t failed = 0;
+    rankmem_status_t first = RANKMEM_SUCCESS;
+    if (failed_p)
+        *failed_p = n;
+    if (RK_UNLIKELY(!mr))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "deallocate_many: NULL resource");
+    if (RK_UNLIKELY(!blocks && n))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "deallocate_many: NULL blocks (%zu)", n);
+    int checked = 1;
+    for (size_t i = 0; i < n && checked; i++)
+        checked = blocks[i].ptr && (!blocks[i].alignment || rk_is_pow2(blocks[i].alignment));
+    if (n && checked && HAS_OP(mr, deallocate_many)) {
+        first = mr->ops->deallocate_many(mr, blocks, n, NULL, &failed);
+    } else {
+        /* One at a time (the dispatcher's checks and errors for each). */
+        for (size_t i = 0; i < n; i++) {
+            rankmem_status_t st = rankmem_deallocate_async(mr, blocks[i].ptr, blocks[i].bytes,
+                                                           blocks[i].alignment, NULL);
+            if (st != RANKMEM_SUCCESS && !failed++)
+                first = st;
+        }
+    }
+    if (failed_p)
+        *failed_p = failed;
+    return first;
+}
+
 rankmem_status_t rankmem_resource_query(rankmem_resource_t *mr, rankmem_query_t what,
                                         size_t *value_p)
 {

@@ -1,6 +1,7 @@
 /* The pool over a host upstream: randomized allocate/free (fixed seeds) with
  * overlap, alignment and content checks; coalescing back to one block;
  * exhaustion and recovery; growth and trim; every bad input. */
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 #include <rankmem.h>
@@ -245,6 +246,92 @@ static void test_bad_inputs(void)
     ok(finalized, "the chain is freed all the same (no leak)");
 }
 
+static void *alloc_three(void *arg)
+{
+    void **out = arg;
+    for (int i = 0; i < 3; i++)
+        if (rankmem_allocate((rankmem_resource_t *)out[3], 4096, 0, &out[i]) != RANKMEM_SUCCESS)
+            out[i] = NULL;
+    return NULL;
+}
+
+/* rankmem_deallocate_many: the pool's one-lock path, blocks of another
+ * thread's shard, the one-at-a-time path, and every bad input. */
+static void test_deallocate_many(void)
+{
+    int finalized;
+    counting_t *up = counting_new(&finalized);
+    rankmem_pool_params_t prm;
+    rankmem_pool_params_default(&prm);
+    prm.initial_size = 8 << 20;
+    rankmem_resource_t *pool;
+    if (rankmem_pool_create(&up->base, &prm, &pool) != RANKMEM_SUCCESS)
+        BAIL_OUT("pool_create: %s", rankmem_last_error());
+    enum { N = 300 }; /* more than one round of the pool's 256 */
+    static rankmem_block_t bl[N];
+    int got = 0;
+    for (int i = 0; i < N; i++) {
+        bl[i].bytes = 256 + (size_t)i * 40;
+        bl[i].alignment = i % 3 ? 0 : 512;
+        got += rankmem_allocate(pool, bl[i].bytes, bl[i].alignment, &bl[i].ptr) == RANKMEM_SUCCESS;
+    }
+    ok(got == N && q(pool, RANKMEM_QUERY_LIVE_COUNT) == N, "%d blocks allocated", N);
+    size_t failed = 99;
+    is_status(rankmem_deallocate_many(pool, bl, N, &failed), RANKMEM_SUCCESS, "all back at once");
+    ok(failed == 0 && q(pool, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(pool, RANKMEM_QUERY_USED_CURRENT) == 0,
+       "none failed, none live (failed %zu)", failed);
+    ok(q(pool, RANKMEM_QUERY_FREE_BLOCKS) == 1, "coalesced back into one free block");
+
+    /* Blocks of another thread's shard. */
+    void *t[4] = {NULL, NULL, NULL, pool};
+    pthread_t th;
+    pthread_create(&th, NULL, alloc_three, t);
+    pthread_join(th, NULL);
+    rankmem_block_t other[3] = {{t[0], 4096, 0}, {t[1], 4096, 0}, {t[2], 4096, 0}};
+    is_status(rankmem_deallocate_many(pool, other, 3, &failed), RANKMEM_SUCCESS,
+              "another thread's blocks");
+    ok(failed == 0 && q(pool, RANKMEM_QUERY_LIVE_COUNT) == 0, "all back (failed %zu)", failed);
+
+    /* A batch with bad blocks: the good ones go back all the same. */
+    void *a, *b, *c;
+    char foreign[512];
+    rankmem_allocate(pool, 1000, 0, &a);
+    rankmem_allocate(pool, 1000, 0, &b);
+    rankmem_allocate(pool, 1000, 0, &c);
+    rankmem_block_t mixed[5] = {{a, 1000, 0}, {foreign, 512, 0}, {b, 1000, 0}, {a, 1000, 0},
+                                {c, 999, 0}};
+    is_status(rankmem_deallocate_many(pool, mixed, 5, &failed), RANKMEM_ERR_INVALID_POINTER,
+              "foreign, double and wrong-size blocks: the first failure's status");
+    ok(failed == 3, "three failed (%zu)", failed);
+    ok(q(pool, RANKMEM_QUERY_LIVE_COUNT) == 1, "the good ones went back, the wrong-size one is live");
+    void *d;
+    rankmem_allocate(pool, 1000, 0, &d);
+    rankmem_block_t checked[4] = {{c, 1000, 0}, {NULL, 8, 0}, {d, 1000, 100}, {d, 1000, 0}};
+    is_status(rankmem_deallocate_many(pool, checked, 4, &failed), RANKMEM_ERR_INVALID_POINTER,
+              "a NULL block and a bad alignment: one at a time");
+    ok(failed == 2 && q(pool, RANKMEM_QUERY_LIVE_COUNT) == 0, "both bad ones failed, both good went back (%zu)",
+       failed);
+    failed = 7;
+    is_status(rankmem_deallocate_many(NULL, mixed, 5, &failed), RANKMEM_ERR_INVALID_ARGUMENT, "NULL resource");
+    ok(failed == 5, "every block counted as failed (%zu)", failed);
+    is_status(rankmem_deallocate_many(pool, NULL, 2, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "NULL blocks");
+    is_status(rankmem_deallocate_many(pool, NULL, 0, &failed), RANKMEM_SUCCESS, "no blocks");
+    ok(failed == 0, "nothing failed");
+
+    /* A resource without the batch operation: one deallocate per block. */
+    rankmem_block_t direct[2];
+    rankmem_allocate(&up->base, 300, 0, &direct[0].ptr);
+    rankmem_allocate(&up->base, 600, 0, &direct[1].ptr);
+    direct[0].bytes = 300, direct[1].bytes = 600, direct[0].alignment = direct[1].alignment = 0;
+    size_t before = up->outstanding_blocks;
+    is_status(rankmem_deallocate_many(&up->base, direct, 2, &failed), RANKMEM_SUCCESS,
+              "through deallocate, one by one");
+    ok(failed == 0 && up->outstanding_blocks == before - 2, "both went back");
+    rankmem_resource_release(pool);
+    rankmem_resource_release(&up->base);
+    ok(finalized, "nothing leaked");
+}
+
 int main(void)
 {
     random_run(1, 4 << 20, 20000);
@@ -253,5 +340,6 @@ int main(void)
     test_exhaustion();
     test_growth_and_trim();
     test_bad_inputs();
+    test_deallocate_many();
     return tap_done();
 }

@@ -45,6 +45,14 @@ typedef enum rankmem_query {
     RANKMEM_QUERY_LIMIT = 7             /* byte limit of a limit adaptor */
 } rankmem_query_t;
 
+/* One block of a batch (rankmem_deallocate_many): what rankmem_deallocate
+ * takes for it. */
+typedef struct rankmem_block {
+    void *ptr;
+    size_t bytes;
+    size_t alignment; /* 0 (or below RANKMEM_DEFAULT_ALIGNMENT): the default */
+} rankmem_block_t;
+
 typedef struct rankmem_resource_ops {
     size_t size;      /* sizeof(rankmem_resource_ops_t): lets the table grow */
     const char *name; /* "pool", "cuda", "system", ... */
@@ -73,6 +81,13 @@ typedef struct rankmem_resource_ops {
     /* Optional: the stream is about to be destroyed: wait for its work and
      * stop keeping memory ordered on it. */
     rankmem_status_t (*forget_stream)(rankmem_resource_t *mr, rankmem_stream_t stream);
+    /* Optional: deallocate each of the n blocks (n > 0; every ptr not NULL,
+     * every alignment 0 or a power of two), as n calls of deallocate would,
+     * trying every one; *failed_p is how many could not be, the status that
+     * of the first failure. Lets a resource take its lock once for many.
+     * Without it the dispatcher calls deallocate for each. */
+    rankmem_status_t (*deallocate_many)(rankmem_resource_t *mr, const rankmem_block_t *blocks,
+                                        size_t n, rankmem_stream_t stream, size_t *failed_p);
 } rankmem_resource_ops_t;
 
 /* The common header. Embed it first in your own resource, fill an ops table,
@@ -115,6 +130,15 @@ RANKMEM_API rankmem_status_t rankmem_allocate(rankmem_resource_t *mr, size_t byt
                                               size_t alignment, void **ptr_p);
 RANKMEM_API rankmem_status_t rankmem_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
                                                 size_t alignment);
+/* n blocks of mr back at once, as n calls of rankmem_deallocate would (on
+ * the legacy default stream), with one lock for many where the resource
+ * allows (a pool: the calling thread's shard). Every block is tried: a bad
+ * one (NULL, a bad alignment, not mr's) does not keep the others; the
+ * status is that of the first failure, *failed_p (may be NULL) how many
+ * failed. n == 0: nothing, success; blocks may then be NULL. */
+RANKMEM_API rankmem_status_t rankmem_deallocate_many(rankmem_resource_t *mr,
+                                                     const rankmem_block_t *blocks, size_t n,
+                                                     size_t *failed_p);
 
 /* Call before destroying a stream that a chain has seen: every resource of
  * the chain that keeps memory per stream (pool, arena, fixed, binning)
