@@ -327,8 +327,11 @@ static int worker_main(int full)
         return 1;
     rankmem_resource_name(cur, &name);
     printf("I current %s\n", name);
-    /* Large enough never to grow while timed: 16 threads x 64 KiB live at most. */
-    pp.initial_size = (size_t)64 << 20;
+    /* Large enough never to grow while timed: 16 threads x 64 KiB live at
+     * most, plus what deferred release may hold back (RANKMEM_OMP_DEFER_BYTES,
+     * 256 MiB by default; 384 blocks of up to 64 KiB per thread), which a
+     * 64 MiB pool could not serve at 16 threads. */
+    pp.initial_size = (size_t)448 << 20;
     if (rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
         rankmem_pool_create(cur, &pp, &pool) != RANKMEM_SUCCESS ||
         rankmem_set_current_resource(pool) != RANKMEM_SUCCESS) {
