@@ -380,7 +380,9 @@ static inline rkomp_handle_t kmpc_handle(rkomp_handle_t h)
 static int our_free(void *ptr)
 {
     int ent;
-    if (!ptr || !rkomp_map_free(ptr, &ent))
+    /* In the grain of this thread's latest insert the filters would answer
+     * "maybe": skip them. */
+    if (!ptr || (!rkomp_own_grain(ptr) && !rkomp_map_maybe(ptr)) || !rkomp_map_free(ptr, &ent))
         return 0;
     if (RKOMP_LIKELY(ent >= 0)) {
         /* A device's current resource that was replaced goes once its last

@@ -134,7 +134,6 @@ typedef struct tmap {
     unsigned shift;  /* 32 - log2(capacity): a hash's top bits are its home slot */
     rkomp_block_t *slots;
     unsigned idx;               /* its filter: filt[idx] */
-    uintptr_t last_grain;       /* 2 MiB grain of the latest insert: its filter bits are set */
     rankmem_resource_t *hz;     /* atomic: what a give-back of this thread is inside, or NULL */
     unsigned used;              /* atomic: claimed by a live thread */
     struct tmap *next;          /* fixed once published */
@@ -211,7 +210,6 @@ static __attribute__((noinline)) tmap_t *map_register(void)
         if (idx >= MAX_MAPS || !(m = aligned_alloc(_Alignof(tmap_t), sizeof *m)))
             return NULL; /* (a slot lost to a failed allocation is only never used) */
         memset(m, 0, sizeof *m);
-        m->last_grain = UINTPTR_MAX;
         rk_block_init(&m->lock, 0);
         m->used = 1;
         m->idx = idx;
@@ -266,6 +264,7 @@ static void unlock_all(tmap_t *head)
  * usually device memory; or, without a GPU, the runtime's arenas beside our
  * pools' chunks) is told apart with two loads. */
 rkomp_filter_t rkomp_filter;
+__thread uintptr_t rkomp_last_grain __attribute__((tls_model("initial-exec")));
 #define region_bit rkomp_region_bit
 
 /* Fibonacci hashing: the multiply carries every bit of the pointer into the
@@ -920,11 +919,6 @@ static void pend_thread_exit(tmap_t *m)
 int rkomp_map_free(const void *ptr, int *ent_p)
 {
     tmap_t *me = my_map;
-    /* In the grain of this thread's latest insert the filters would answer
-     * "maybe" (their bits are set, never cleared): skip them. */
-    if (!(RKOMP_LIKELY(me != NULL) && ((uintptr_t)ptr >> 21) == me->last_grain) &&
-        !rkomp_map_maybe(ptr))
-        return 0;
     if (RKOMP_UNLIKELY(!me))
         me = map_register(); /* NULL: no memory; then no hazard and no list */
     int mode = get_defer_mode(), md, dev; /* the first call may start CUDA: not under a lock */
@@ -1024,7 +1018,7 @@ static inline int insert_in(tmap_t *m, rkomp_block_t *b, unsigned gen)
      * map's previous insert finds them set (most do: a pool reuses what
      * was just freed). */
     uintptr_t grain = (uintptr_t)b->ptr >> 21;
-    int fresh = grain != m->last_grain;
+    int fresh = grain != rkomp_last_grain; /* m is the thread's own map */
     uint64_t bit = 0, gbit = 0;
     if (RKOMP_UNLIKELY(fresh)) {
         uint64_t *gw = rkomp_grain_word(b->ptr, &gbit);
@@ -1042,7 +1036,7 @@ static inline int insert_in(tmap_t *m, rkomp_block_t *b, unsigned gen)
             __atomic_store_n(&filt[m->idx].regions, mr_bits | bit, __ATOMIC_RELAXED);
         if (!(mg_bits & gbit))
             __atomic_store_n(&filt[m->idx].grains, mg_bits | gbit, __ATOMIC_RELAXED);
-        m->last_grain = grain;
+        rkomp_last_grain = grain;
     }
     /* Grow at half load: probes stay short. */
     if (RKOMP_UNLIKELY((m->count + 1) * 2 > (m->mask ? m->mask + 1 : 0)) && grow(m) != 0) {

@@ -214,8 +214,16 @@ typedef struct rkomp_runtime {
 } rkomp_runtime_t;
 
 /* Resolved once (thread-safe), on first use or at load. Members the runtime
- * lacks are NULL. */
-RKOMP_HIDDEN const rkomp_runtime_t *rkomp_rt(void);
+ * lacks are NULL. Inline: every call the runtime keeps goes through it. */
+RKOMP_HIDDEN extern rkomp_runtime_t rkomp_rt_table;
+RKOMP_HIDDEN extern int rkomp_rt_ready; /* atomic: rkomp_rt_table is filled in */
+RKOMP_HIDDEN const rkomp_runtime_t *rkomp_rt_slow(void);
+static inline const rkomp_runtime_t *rkomp_rt(void)
+{
+    if (RKOMP_UNLIKELY(!__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE)))
+        return rkomp_rt_slow();
+    return &rkomp_rt_table;
+}
 
 /* The calling thread's default allocator (def-allocator-var): the runtime's
  * ICV, which holds our handles too; without a runtime, a thread-local. */
@@ -231,7 +239,7 @@ RKOMP_HIDDEN int rkomp_interposed(void);
 
 /* RANKMEM_OMP_FREE_SYNC (default on): wait for the device before device
  * memory freed by omp_free goes back to its resource. */
-RKOMP_HIDDEN extern int rkomp_free_sync_v, rkomp_rt_ready;
+RKOMP_HIDDEN extern int rkomp_free_sync_v;
 static inline int rkomp_free_sync(void)
 {
     if (RKOMP_UNLIKELY(!__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE)))
@@ -271,8 +279,8 @@ RKOMP_HIDDEN int rkomp_map_insert(rkomp_block_t *b, unsigned gen);
 /* 1 and *b_p filled when ptr is ours; else 0. */
 RKOMP_HIDDEN int rkomp_map_get(const void *ptr, rkomp_block_t *b_p);
 RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
-/* omp_free of ptr (not NULL): 0 when it is not ours (decided by the
- * filters below, or the thread's own map). Else its block is out of the map
+/* omp_free of ptr (not NULL, past rkomp_map_maybe or rkomp_own_grain): 0
+ * when it is not ours. Else its block is out of the map
  * and either given back now (rkomp_give_back, then no longer counted for
  * its resource) or, for device-accessible memory with deferral on, put on
  * the freeing thread's pending list, to be given back after a device sync that began
@@ -308,6 +316,14 @@ static inline uint64_t *rkomp_grain_word(const void *p, uint64_t *bit_p)
     uint64_t h = ((uint64_t)(uintptr_t)p >> 21) * 0x9e3779b97f4a7c15ull;
     *bit_p = (uint64_t)1 << ((h >> 52) & 63);
     return &rkomp_filter.grains[h >> 58];
+}
+
+/* The 2 MiB grain of the calling thread's latest insert into its map, or 0
+ * (no block lies below 2 MiB): its filter bits are set, never cleared. */
+RKOMP_HIDDEN extern __thread uintptr_t rkomp_last_grain __attribute__((tls_model("initial-exec")));
+static inline int rkomp_own_grain(const void *ptr)
+{
+    return ((uintptr_t)ptr >> 21) == rkomp_last_grain;
 }
 
 static inline int rkomp_map_maybe(const void *ptr)

@@ -12,7 +12,7 @@
 #include <string.h>
 #include <strings.h>
 
-static rkomp_runtime_t rt;
+rkomp_runtime_t rkomp_rt_table;
 static pthread_once_t rt_once = PTHREAD_ONCE_INIT;
 int rkomp_free_sync_v = 1;
 static size_t defer_bytes = (size_t)256 << 20;
@@ -40,7 +40,7 @@ static void *find_sym(const char *name)
     return runtime_lib ? dlsym(runtime_lib, name) : next_sym(name);
 }
 
-#define RESOLVE(member, name) *(void **)&rt.member = find_sym(name)
+#define RESOLVE(member, name) *(void **)&rkomp_rt_table.member = find_sym(name)
 
 /* A program whose only OpenMP calls are allocator calls resolves all of them
  * to us at link time, so a linker running --as-needed (Debian's and
@@ -132,11 +132,10 @@ static void resolve_once(void)
     __atomic_store_n(&rkomp_rt_ready, 1, __ATOMIC_RELEASE);
 }
 
-const rkomp_runtime_t *rkomp_rt(void)
+const rkomp_runtime_t *rkomp_rt_slow(void)
 {
-    if (RKOMP_UNLIKELY(!__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE)))
-        pthread_once(&rt_once, resolve_once);
-    return &rt;
+    pthread_once(&rt_once, resolve_once);
+    return &rkomp_rt_table;
 }
 
 int rkomp_interposed(void)
@@ -194,8 +193,8 @@ static void apply_env_default(void)
         if (strcasecmp(v, names[i]) == 0 || strcasecmp(v, full) == 0) {
             /* Inside resolve(): rkomp_set_default would re-enter the once. */
             rkomp_handle_t h = rkomp_handle_of(&rkomp_slots[i].a);
-            if (rt.set_default_allocator)
-                rt.set_default_allocator(h);
+            if (rkomp_rt_table.set_default_allocator)
+                rkomp_rt_table.set_default_allocator(h);
             else
                 own_default = h;
             return;

@@ -782,8 +782,9 @@ out:
 }
 
 /* Free b (live in sh, which is locked) on stream. */
-static rankmem_status_t free_in(pool_t *p, shard_t *sh, size_t slot, void *ptr, size_t bytes,
-                                rankmem_stream_t stream)
+/* Inline in both callers: pool_deallocate is the hot path. */
+static inline __attribute__((always_inline)) rankmem_status_t
+free_in(pool_t *p, shard_t *sh, size_t slot, void *ptr, size_t bytes, rankmem_stream_t stream)
 {
     blk_t *b = sh->live_map.slots[slot].value;
     if (RK_UNLIKELY(b->req != bytes))
