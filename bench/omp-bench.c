@@ -191,8 +191,9 @@ static size_t calibrate(int kind, int nthreads)
 {
     size_t fails = 0, pairs = MIN_PAIRS;
     int got = 0;
+    double prev = 0; /* ns per pair of the previous count */
     for (;;) {
-        double ns = run_once(kind, nthreads, pairs, &fails, &got) * (double)pairs;
+        double per = run_once(kind, nthreads, pairs, &fails, &got), ns = per * (double)pairs;
         if (fails) {
             fprintf(stderr, "omp-bench: %s on %d threads: %zu calls failed\n", kind_key[kind],
                     nthreads, fails);
@@ -202,12 +203,17 @@ static size_t calibrate(int kind, int nthreads)
             fprintf(stderr, "omp-bench: asked for %d threads, the runtime gave %d\n", nthreads, got);
             return 0;
         }
-        if (ns >= target_ms * 1e6 || pairs >= MAX_PAIRS)
+        /* Long enough, and the count no longer matters: a run can take
+         * milliseconds whatever its length (the threads' start or wake-up on
+         * a busy host, the process's first device sync), which a small
+         * count would then time as a cost per pair. */
+        if (pairs >= MAX_PAIRS || (ns >= target_ms * 1e6 && prev > 0 && per > 0.9 * prev))
             return pairs;
-        double scale = ns > 0 ? target_ms * 1e6 * 1.2 / ns : 16;
+        double scale = ns > 0 && ns < target_ms * 1e6 ? target_ms * 1e6 * 1.2 / ns : 2;
         pairs = (size_t)((double)pairs * (scale > 16 ? 16 : scale < 2 ? 2 : scale));
         if (pairs > MAX_PAIRS)
             pairs = MAX_PAIRS;
+        prev = per;
     }
 }
 
