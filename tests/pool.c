@@ -113,16 +113,27 @@ static void random_run(unsigned long long seed, size_t pool_bytes, int steps)
     ok(finalized, "seed %llu: the chain is gone", seed);
 }
 
+/* A pool over a new counting upstream (*up_p); maximum 0: unbounded. */
+static rankmem_resource_t *pool_over(counting_t **up_p, int *finalized, size_t initial,
+                                     size_t maximum)
+{
+    counting_t *up = *up_p = counting_new(finalized);
+    rankmem_pool_params_t prm;
+    rankmem_pool_params_default(&prm);
+    prm.initial_size = initial;
+    if (maximum)
+        prm.maximum_size = maximum;
+    rankmem_resource_t *pool;
+    if (rankmem_pool_create(&up->base, &prm, &pool) != RANKMEM_SUCCESS)
+        BAIL_OUT("pool_create: %s", rankmem_last_error());
+    return pool;
+}
+
 static void test_exhaustion(void)
 {
     int finalized;
-    counting_t *up = counting_new(&finalized);
-    rankmem_pool_params_t prm;
-    rankmem_pool_params_default(&prm);
-    prm.initial_size = 1 << 20;
-    prm.maximum_size = 1 << 20;
-    rankmem_resource_t *pool;
-    rankmem_pool_create(&up->base, &prm, &pool);
+    counting_t *up;
+    rankmem_resource_t *pool = pool_over(&up, &finalized, 1 << 20, 1 << 20);
     void *blk[4];
     int good = 1;
     for (int i = 0; i < 4; i++)
@@ -260,13 +271,8 @@ static void *alloc_three(void *arg)
 static void test_deallocate_many(void)
 {
     int finalized;
-    counting_t *up = counting_new(&finalized);
-    rankmem_pool_params_t prm;
-    rankmem_pool_params_default(&prm);
-    prm.initial_size = 8 << 20;
-    rankmem_resource_t *pool;
-    if (rankmem_pool_create(&up->base, &prm, &pool) != RANKMEM_SUCCESS)
-        BAIL_OUT("pool_create: %s", rankmem_last_error());
+    counting_t *up;
+    rankmem_resource_t *pool = pool_over(&up, &finalized, 8 << 20, 0);
     enum { N = 300 }; /* more than one round of the pool's 256 */
     static rankmem_block_t bl[N];
     int got = 0;
