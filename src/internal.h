@@ -25,6 +25,15 @@ static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
 
 /* Allocate and fill the header of a built-in resource of struct size
  * struct_size (zeroed). On failure nothing is left allocated. */
+/* Blocks per deallocate_many call (the operation's bound; the public call
+ * cuts longer arrays). */
+#define RK_BATCH 256u
+/* n <= RK_BATCH checked blocks back to mr: its deallocate_many, or its
+ * deallocate for each; status[i] is block i's result, the return value the
+ * first failure's. For adaptors passing a batch upstream. */
+RK_HIDDEN rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
+                                              size_t n, rankmem_stream_t stream,
+                                              rankmem_status_t *status);
 RK_HIDDEN rankmem_status_t rk_resource_new(size_t struct_size, const rankmem_resource_ops_t *ops,
                                            unsigned props, rankmem_resource_t *upstream,
                                            rankmem_resource_t **mr_p);

@@ -835,45 +835,37 @@ static rankmem_status_t pool_deallocate(rankmem_resource_t *mr, void *ptr, size_
 }
 
 /* The calling thread's shard locked once for every block it holds (the
- * usual case: a thread gives back what it allocated), 256 at a time; the
- * others then one by one through pool_deallocate, which also reports those
- * that are nobody's. */
+ * usual case: a thread gives back what it allocated); the others then one
+ * by one through pool_deallocate, which also reports those that are
+ * nobody's. */
 static rankmem_status_t pool_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
-                                             size_t n, rankmem_stream_t stream, size_t *failed_p)
+                                             size_t n, rankmem_stream_t stream,
+                                             rankmem_status_t *status)
 {
     pool_t *p = (pool_t *)mr;
     shard_t *mine = my_shard(p);
     rankmem_status_t first = RANKMEM_SUCCESS;
-    size_t failed = 0;
-    for (size_t base = 0; base < n; base += 256) {
-        uint64_t away[4] = {0, 0, 0, 0}; /* not in this shard */
-        size_t m = n - base < 256 ? n - base : 256;
-        pthread_mutex_lock(&mine->lock);
-        for (size_t k = 0; k < m; k++) {
-            const rankmem_block_t *bl = &blocks[base + k];
-            size_t slot =
-                mine->live_map.slots ? rk_ptrmap_find(&mine->live_map, bl->ptr) : SIZE_MAX;
-            if (slot == SIZE_MAX) {
-                away[k / 64] |= (uint64_t)1 << (k % 64);
-                continue;
-            }
-            rankmem_status_t st = free_in(p, mine, slot, bl->ptr, bl->bytes, stream);
-            if (st != RANKMEM_SUCCESS && !failed++)
-                first = st;
-        }
-        pthread_mutex_unlock(&mine->lock);
-        for (size_t k = 0; k < m; k++) {
-            if (!(away[k / 64] >> (k % 64) & 1))
-                continue;
-            const rankmem_block_t *bl = &blocks[base + k];
+    uint64_t away[RK_BATCH / 64] = {0}; /* not in this shard */
+    pthread_mutex_lock(&mine->lock);
+    for (size_t i = 0; i < n; i++) {
+        const rankmem_block_t *bl = &blocks[i];
+        size_t slot = mine->live_map.slots ? rk_ptrmap_find(&mine->live_map, bl->ptr) : SIZE_MAX;
+        if (slot == SIZE_MAX)
+            away[i / 64] |= (uint64_t)1 << (i % 64);
+        else
+            status[i] = free_in(p, mine, slot, bl->ptr, bl->bytes, stream);
+    }
+    pthread_mutex_unlock(&mine->lock);
+    for (size_t i = 0; i < n; i++) {
+        const rankmem_block_t *bl = &blocks[i];
+        if (away[i / 64] >> (i % 64) & 1) {
             size_t al = bl->alignment > RANKMEM_DEFAULT_ALIGNMENT ? bl->alignment
                                                                   : RANKMEM_DEFAULT_ALIGNMENT;
-            rankmem_status_t st = pool_deallocate(mr, bl->ptr, bl->bytes, al, stream);
-            if (st != RANKMEM_SUCCESS && !failed++)
-                first = st;
+            status[i] = pool_deallocate(mr, bl->ptr, bl->bytes, al, stream);
         }
+        if (status[i] != RANKMEM_SUCCESS && first == RANKMEM_SUCCESS)
+            first = status[i];
     }
-    *failed_p = failed;
     return first;
 }
 

@@ -162,6 +162,22 @@ rankmem_status_t rankmem_deallocate(rankmem_resource_t *mr, void *ptr, size_t by
     return rankmem_deallocate_async(mr, ptr, bytes, alignment, NULL);
 }
 
+rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
+                                    size_t n, rankmem_stream_t stream, rankmem_status_t *status)
+{
+    if (HAS_OP(mr, deallocate_many))
+        return mr->ops->deallocate_many(mr, blocks, n, stream, status);
+    rankmem_status_t first = RANKMEM_SUCCESS;
+    for (size_t i = 0; i < n; i++) {
+        size_t al = blocks[i].alignment > RANKMEM_DEFAULT_ALIGNMENT ? blocks[i].alignment
+                                                                     : RANKMEM_DEFAULT_ALIGNMENT;
+        status[i] = mr->ops->deallocate(mr, blocks[i].ptr, blocks[i].bytes, al, stream);
+        if (status[i] != RANKMEM_SUCCESS && first == RANKMEM_SUCCESS)
+            first = status[i];
+    }
+    return first;
+}
+
 rankmem_status_t rankmem_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
                                          size_t n, size_t *failed_p)
 {
@@ -173,19 +189,23 @@ rankmem_status_t rankmem_deallocate_many(rankmem_resource_t *mr, const rankmem_b
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "deallocate_many: NULL resource");
     if (RK_UNLIKELY(!blocks && n))
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "deallocate_many: NULL blocks (%zu)", n);
-    int checked = 1;
-    for (size_t i = 0; i < n && checked; i++)
-        checked = blocks[i].ptr && (!blocks[i].alignment || rk_is_pow2(blocks[i].alignment));
-    if (n && checked && HAS_OP(mr, deallocate_many)) {
-        first = mr->ops->deallocate_many(mr, blocks, n, NULL, &failed);
-    } else {
-        /* One at a time (the dispatcher's checks and errors for each). */
-        for (size_t i = 0; i < n; i++) {
-            rankmem_status_t st = rankmem_deallocate_async(mr, blocks[i].ptr, blocks[i].bytes,
-                                                           blocks[i].alignment, NULL);
-            if (st != RANKMEM_SUCCESS && !failed++)
-                first = st;
+    for (size_t base = 0; base < n; base += RK_BATCH) {
+        const rankmem_block_t *c = blocks + base;
+        size_t m = n - base < RK_BATCH ? n - base : RK_BATCH;
+        int checked = 1;
+        for (size_t i = 0; i < m && checked; i++)
+            checked = c[i].ptr && (!c[i].alignment || rk_is_pow2(c[i].alignment));
+        rankmem_status_t st[RK_BATCH];
+        if (checked) {
+            rk_deallocate_many(mr, c, m, NULL, st);
+        } else {
+            /* One at a time: the dispatcher's checks and errors for each. */
+            for (size_t i = 0; i < m; i++)
+                st[i] = rankmem_deallocate_async(mr, c[i].ptr, c[i].bytes, c[i].alignment, NULL);
         }
+        for (size_t i = 0; i < m; i++)
+            if (st[i] != RANKMEM_SUCCESS && !failed++)
+                first = st[i];
     }
     if (failed_p)
         *failed_p = failed;

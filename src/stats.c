@@ -242,6 +242,35 @@ HOT_TARGET static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void
     return st;
 }
 
+/* A batch counted out at once, passed upstream as a batch (a pool under
+ * the adaptor then takes its lock once); the blocks it refused counted
+ * back in. */
+static rankmem_status_t stats_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
+                                              size_t n, rankmem_stream_t stream,
+                                              rankmem_status_t *status)
+{
+    stats_t *s = (stats_t *)mr;
+    size_t bytes = 0;
+    for (size_t i = 0; i < n; i++)
+        bytes += blocks[i].bytes;
+    if (!owner_add(s, (size_t)0 - bytes, (size_t)0 - n, 0)) {
+        make_shared(s);
+        current_add(s, (size_t)0 - bytes, (size_t)0 - n);
+    }
+    rankmem_status_t first = rk_deallocate_many(mr->upstream, blocks, n, stream, status);
+    if (RK_UNLIKELY(first != RANKMEM_SUCCESS)) {
+        size_t back = 0, count = 0;
+        for (size_t i = 0; i < n; i++)
+            if (status[i] != RANKMEM_SUCCESS) {
+                back += blocks[i].bytes;
+                count++;
+            }
+        if (!owner_add(s, back, count, 0))
+            current_add(s, back, count); /* refused: still live */
+    }
+    return first;
+}
+
 /* ---- reading ---- */
 
 static pair_t totals_sum(stats_t *s)
@@ -464,6 +493,7 @@ static const rankmem_resource_ops_t stats_ops = {
     .trim = stats_trim,
     .finalize = stats_finalize,
     .describe = stats_describe,
+    .deallocate_many = stats_deallocate_many,
 };
 
 rankmem_status_t rankmem_stats_create(rankmem_resource_t *upstream, rankmem_resource_t **mr_p)

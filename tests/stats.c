@@ -411,9 +411,44 @@ static void stacked(void)
     is_status(rankmem_resource_release(outer), RANKMEM_SUCCESS, "the chain goes away with its last user");
 }
 
+/* A batch through the adaptor: counted out at once, passed to the pool as a
+ * batch, and what the pool refused counted back in. */
+static void batch(void)
+{
+    rankmem_resource_t *sys, *pool, *st;
+    rankmem_system_create(&sys);
+    rankmem_pool_params_t prm;
+    rankmem_pool_params_default(&prm);
+    prm.initial_size = 1 << 20;
+    rankmem_pool_create(sys, &prm, &pool);
+    rankmem_stats_create(pool, &st);
+    rankmem_block_t bl[5];
+    for (int i = 0; i < 4; i++) {
+        bl[i].bytes = 1000 * (size_t)(i + 1);
+        bl[i].alignment = 0;
+        bl[i].ptr = alloc(st, bl[i].bytes);
+    }
+    char foreign[256];
+    bl[3].bytes = 3999; /* allocated with 4000: the pool refuses it */
+    bl[4] = (rankmem_block_t){foreign, 256, 0};
+    size_t failed = 0;
+    is_status(rankmem_deallocate_many(st, bl, 5, &failed), RANKMEM_ERR_INVALID_POINTER,
+              "stats batch: a wrong size and a foreign block fail");
+    ok(failed == 2, "stats batch: two failed (%zu)", failed);
+    /* Live: the 4000-byte block alone; each refused free is counted back in
+     * as it was counted out (as for rankmem_deallocate). */
+    same("stats batch: the refused ones counted back in", get(st), 4000, 10000, 10000, 1, 4, 4, 0);
+    bl[3].bytes = 4000;
+    is_status(rankmem_deallocate_many(st, &bl[3], 1, NULL), RANKMEM_SUCCESS, "stats batch: the right size");
+    rankmem_resource_release(pool);
+    rankmem_resource_release(sys);
+    is_status(rankmem_resource_release(st), RANKMEM_SUCCESS, "stats batch: nothing left live in the pool");
+}
+
 int main(void)
 {
     over_counting();
+    batch();
     over_pool();
     scopes();
     short_struct();

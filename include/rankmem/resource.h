@@ -81,13 +81,16 @@ typedef struct rankmem_resource_ops {
     /* Optional: the stream is about to be destroyed: wait for its work and
      * stop keeping memory ordered on it. */
     rankmem_status_t (*forget_stream)(rankmem_resource_t *mr, rankmem_stream_t stream);
-    /* Optional: deallocate each of the n blocks (n > 0; every ptr not NULL,
-     * every alignment 0 or a power of two), as n calls of deallocate would,
-     * trying every one; *failed_p is how many could not be, the status that
-     * of the first failure. Lets a resource take its lock once for many.
-     * Without it the dispatcher calls deallocate for each. */
+    /* Optional: deallocate each of the n blocks (0 < n <= 256; every ptr
+     * not NULL, every alignment 0 or a power of two, below
+     * RANKMEM_DEFAULT_ALIGNMENT meaning it), as n calls of deallocate would,
+     * trying every one: status[i] is block i's result, the return value the
+     * first failure's (or success). Lets a resource take its lock once for
+     * many, and an adaptor pass the batch on. Without it the dispatcher
+     * calls deallocate for each block. */
     rankmem_status_t (*deallocate_many)(rankmem_resource_t *mr, const rankmem_block_t *blocks,
-                                        size_t n, rankmem_stream_t stream, size_t *failed_p);
+                                        size_t n, rankmem_stream_t stream,
+                                        rankmem_status_t *status);
 } rankmem_resource_ops_t;
 
 /* The common header. Embed it first in your own resource, fill an ops table,
@@ -132,10 +135,11 @@ RANKMEM_API rankmem_status_t rankmem_deallocate(rankmem_resource_t *mr, void *pt
                                                 size_t alignment);
 /* n blocks of mr back at once, as n calls of rankmem_deallocate would (on
  * the legacy default stream), with one lock for many where the resource
- * allows (a pool: the calling thread's shard). Every block is tried: a bad
- * one (NULL, a bad alignment, not mr's) does not keep the others; the
- * status is that of the first failure, *failed_p (may be NULL) how many
- * failed. n == 0: nothing, success; blocks may then be NULL. */
+ * allows (a pool: the calling thread's shard; the stats adaptor passes the
+ * batch on). Every block is tried: a bad one (NULL, a bad alignment, not
+ * mr's) does not keep the others; the status is that of the first failure
+ * (rankmem_last_error() describes the last), *failed_p (may be NULL) how
+ * many failed. n == 0: nothing, success; blocks may then be NULL. */
 RANKMEM_API rankmem_status_t rankmem_deallocate_many(rankmem_resource_t *mr,
                                                      const rankmem_block_t *blocks, size_t n,
                                                      size_t *failed_p);
