@@ -394,8 +394,8 @@ RKOMP_HIDDEN void rkomp_device_ent_check(int ent);
 RKOMP_HIDDEN void rkomp_give_back(const rkomp_block_t *b, int immediate);
 /* Reports a failed rankmem_deallocate of b (st) on stderr. */
 RKOMP_HIDDEN void rkomp_give_back_failed(const rkomp_block_t *b, rankmem_status_t st);
-/* Whether a pending block (its wait done) may go back in a batch, through
- * rankmem_deallocate_many: no device to enter, no over-allocation. */
+/* Whether b may go back straight to rankmem, alone or in a batch
+ * (rankmem_deallocate_many): no device to enter, no over-allocation. */
 static inline int rkomp_batchable(const rkomp_block_t *b)
 {
     return rkomp_gpu_count() <= 1 && !b->base;
@@ -407,9 +407,8 @@ RKOMP_HIDDEN void rkomp_give_back_many_failed(const rankmem_resource_t *mr, size
  * none), no wait owed, no over-allocation. */
 static inline void rkomp_give_back_fast(const rkomp_block_t *b, int immediate)
 {
-    int n = rkomp_gpu_count();
-    if (RKOMP_LIKELY(n <= 1 && !b->base) &&
-        (!immediate || !n || !rkomp_free_sync() ||
+    if (RKOMP_LIKELY(rkomp_batchable(b)) &&
+        (!immediate || !rkomp_gpu_count() || !rkomp_free_sync() ||
          !(b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
         rankmem_status_t st = rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
         if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))

@@ -808,14 +808,13 @@ free_in(pool_t *p, shard_t *sh, size_t slot, void *ptr, size_t bytes, rankmem_st
     return RANKMEM_SUCCESS;
 }
 
-static rankmem_status_t pool_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
-                                        size_t alignment, rankmem_stream_t stream)
+/* Free ptr from the shard that holds it: mine first (unless the caller just
+ * looked there), then the others; an error when none does. */
+static inline __attribute__((always_inline)) rankmem_status_t
+free_anywhere(pool_t *p, shard_t *mine, int mine_seen, void *ptr, size_t bytes,
+              rankmem_stream_t stream)
 {
-    (void)alignment;
-    pool_t *p = (pool_t *)mr;
-    shard_t *mine = my_shard(p);
-    /* Mostly the thread that allocated frees: its shard first, then the others. */
-    for (int i = -1; i < NSHARDS; i++) {
+    for (int i = mine_seen ? 0 : -1; i < NSHARDS; i++) {
         shard_t *sh = i < 0 ? mine : &p->shards[i];
         if (i >= 0 && sh == mine)
             continue;
@@ -834,10 +833,18 @@ static rankmem_status_t pool_deallocate(rankmem_resource_t *mr, void *ptr, size_
                     ptr, bytes);
 }
 
+static rankmem_status_t pool_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                        size_t alignment, rankmem_stream_t stream)
+{
+    (void)alignment;
+    pool_t *p = (pool_t *)mr;
+    /* Mostly the thread that allocated frees: its shard first. */
+    return free_anywhere(p, my_shard(p), 0, ptr, bytes, stream);
+}
+
 /* The calling thread's shard locked once for every block it holds (the
  * usual case: a thread gives back what it allocated); the others then one
- * by one through pool_deallocate, which also reports those that are
- * nobody's. */
+ * by one in the other shards, which also reports those that are nobody's. */
 static rankmem_status_t pool_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
                                              size_t n, rankmem_stream_t stream,
                                              rankmem_status_t *status)
@@ -857,12 +864,8 @@ static rankmem_status_t pool_deallocate_many(rankmem_resource_t *mr, const rankm
     }
     pthread_mutex_unlock(&mine->lock);
     for (size_t i = 0; i < n; i++) {
-        const rankmem_block_t *bl = &blocks[i];
-        if (away[i / 64] >> (i % 64) & 1) {
-            size_t al = bl->alignment > RANKMEM_DEFAULT_ALIGNMENT ? bl->alignment
-                                                                  : RANKMEM_DEFAULT_ALIGNMENT;
-            status[i] = pool_deallocate(mr, bl->ptr, bl->bytes, al, stream);
-        }
+        if (away[i / 64] >> (i % 64) & 1)
+            status[i] = free_anywhere(p, mine, 1, blocks[i].ptr, blocks[i].bytes, stream);
         if (status[i] != RANKMEM_SUCCESS && first == RANKMEM_SUCCESS)
             first = status[i];
     }

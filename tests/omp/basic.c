@@ -198,13 +198,8 @@ static void allocate_clause(void)
  * current resource counts them. */
 static void stats_through_rank_resource(void)
 {
-    rankmem_resource_t *cur = NULL, *st = NULL;
+    rankmem_resource_t *cur, *st = install_stats(&cur);
     rankmem_stats_t s = {.size = sizeof s};
-    if (rankmem_get_current_resource(&cur) != RANKMEM_SUCCESS ||
-        rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
-        rankmem_stats_create(cur, &st) != RANKMEM_SUCCESS ||
-        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
-        BAIL_OUT("cannot install a stats adaptor as the current resource");
     rankmem_resource_t *seen = NULL;
     ok(rankmem_omp_allocator_resource(rankmem_omp_device_mem_alloc, &seen) == RANKMEM_SUCCESS &&
            seen == st,
@@ -240,12 +235,7 @@ static void stats_through_rank_resource(void)
  * in service (replaced as the current resource, or its allocator destroyed). */
 static void resource_references(void)
 {
-    rankmem_resource_t *cur = NULL, *st = NULL;
-    if (rankmem_get_current_resource(&cur) != RANKMEM_SUCCESS ||
-        rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
-        rankmem_stats_create(cur, &st) != RANKMEM_SUCCESS ||
-        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
-        BAIL_OUT("cannot install a stats adaptor as the current resource");
+    rankmem_resource_t *cur, *st = install_stats(&cur);
     unsigned long r0 = st->refcount; /* ours and the registry's */
     void *p[9];
     for (int i = 0; i < 9; i++)

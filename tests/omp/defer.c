@@ -236,12 +236,7 @@ int main(int argc, char **argv)
     diag("runtime: %s, %s", RT_NAME,
          ngpu ? "GPU: the real deferral" : "no GPU: RKOMP_TEST_DEFER=1 (no-op waits)");
 
-    rankmem_resource_t *cur = NULL, *st = NULL;
-    if (rankmem_get_current_resource(&cur) != RANKMEM_SUCCESS ||
-        rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
-        rankmem_stats_create(cur, &st) != RANKMEM_SUCCESS ||
-        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
-        BAIL_OUT("cannot install a stats adaptor as the current resource");
+    rankmem_resource_t *cur, *st = install_stats(&cur);
 
     single_thread(st);
 

@@ -51,12 +51,7 @@ int main(void)
     if (rankmem_device_count(&n) != RANKMEM_SUCCESS || n == 0)
         return tap_skip_all("no GPU");
     diag("runtime: %s", RT_NAME);
-    rankmem_resource_t *cur = NULL, *st = NULL;
-    if (rankmem_get_current_resource(&cur) != RANKMEM_SUCCESS ||
-        rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
-        rankmem_stats_create(cur, &st) != RANKMEM_SUCCESS ||
-        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
-        BAIL_OUT("cannot install a stats adaptor as the current resource");
+    rankmem_resource_t *cur, *st = install_stats(&cur);
 
     const size_t N = 1 << 20;
     void *d = omp_alloc(N, rankmem_omp_device_mem_alloc);

@@ -425,12 +425,7 @@ int main(int argc, char **argv)
         BAIL_OUT("librankmem_omp is not interposed (link order)");
     diag("runtime: %s", RT_NAME);
 
-    rankmem_resource_t *cur = NULL, *st = NULL;
-    if (rankmem_get_current_resource(&cur) != RANKMEM_SUCCESS ||
-        rankmem_resource_retain(cur) != RANKMEM_SUCCESS ||
-        rankmem_stats_create(cur, &st) != RANKMEM_SUCCESS ||
-        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
-        BAIL_OUT("cannot install a stats adaptor as the current resource");
+    rankmem_resource_t *cur, *st = install_stats(&cur);
 
     test_kernel_round_trip(st);
     test_calloc();

@@ -56,4 +56,19 @@ static inline int all_bytes(const void *p, unsigned char v, size_t n)
 
 static inline int aligned_to(const void *p, size_t a) { return ((uintptr_t)p & (a - 1)) == 0; }
 
+/* A stats adaptor over the current resource, installed as the current
+ * resource; *cur_p: the previous one, retained (put it back, then release
+ * both). */
+static inline rankmem_resource_t *install_stats(rankmem_resource_t **cur_p)
+{
+    rankmem_resource_t *st = NULL;
+    *cur_p = NULL;
+    if (rankmem_get_current_resource(cur_p) != RANKMEM_SUCCESS ||
+        rankmem_resource_retain(*cur_p) != RANKMEM_SUCCESS ||
+        rankmem_stats_create(*cur_p, &st) != RANKMEM_SUCCESS ||
+        rankmem_set_current_resource(st) != RANKMEM_SUCCESS)
+        BAIL_OUT("cannot install a stats adaptor as the current resource");
+    return st;
+}
+
 #endif
