@@ -377,7 +377,7 @@ static inline rkomp_handle_t kmpc_handle(rkomp_handle_t h)
 /* ---- omp_free and friends ---- */
 
 /* 1 when ptr was ours (now freed, or waiting for a device sync). */
-static int our_free(void *ptr)
+static inline __attribute__((always_inline)) int our_free(void *ptr)
 {
     int ent;
     /* In the grain of this thread's latest insert the filters would answer

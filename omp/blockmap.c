@@ -1006,7 +1006,8 @@ __attribute__((destructor)) static void flush_at_unload(void) { rkomp_map_flush(
 /* ---- the map ---- */
 
 /* Record b in m, the caller's own map (rkomp_map_insert's contract). */
-static inline int insert_in(tmap_t *m, rkomp_block_t *b, unsigned gen)
+static inline __attribute__((always_inline)) int insert_in(tmap_t *m, rkomp_block_t *b,
+                                                           unsigned gen)
 {
     unsigned h = hash_of(b->ptr);
     int own_ref = 0;
@@ -1091,7 +1092,7 @@ void *rkomp_dev_alloc(size_t size)
         return rkomp_alloc_ours(a, 1, size, 0, 0);
     rkomp_block_t b = {NULL, mr, size, RANKMEM_DEFAULT_ALIGNMENT, RKOMP_DEVICE_HANDLE, NULL, 0,
                        e, 0};
-    if (RKOMP_UNLIKELY(rankmem_allocate(mr, size, RANKMEM_DEFAULT_ALIGNMENT, &b.ptr) !=
+    if (RKOMP_UNLIKELY(rk_allocate_checked(mr, size, RANKMEM_DEFAULT_ALIGNMENT, &b.ptr) !=
                        RANKMEM_SUCCESS))
         return rkomp_alloc_failed(a, 1, size, 0, 0);
     int ins = insert_in(m, &b, gen);

@@ -13,6 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 #include <rankmem.h>
+#include "../src/internal.h" /* rk_deallocate_checked (inline) */
 
 #define RKOMP_HIDDEN __attribute__((visibility("hidden")))
 #define RKOMP_EXPORT __attribute__((visibility("default")))
@@ -410,7 +411,7 @@ static inline void rkomp_give_back_fast(const rkomp_block_t *b, int immediate)
     if (RKOMP_LIKELY(rkomp_batchable(b)) &&
         (!immediate || !rkomp_gpu_count() || !rkomp_free_sync() ||
          !(b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
-        rankmem_status_t st = rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
+        rankmem_status_t st = rk_deallocate_checked(b->mr, b->ptr, b->bytes, b->alignment);
         if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
             rkomp_give_back_failed(b, st);
         return;

@@ -34,6 +34,25 @@ static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
 RK_HIDDEN rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
                                               size_t n, rankmem_stream_t stream,
                                               rankmem_status_t *status);
+/* rankmem_allocate / rankmem_deallocate for a caller that already checked
+ * what the public calls check (mr and ptr not NULL, bytes > 0, alignment a
+ * power of two, at least RANKMEM_DEFAULT_ALIGNMENT to allocate): straight to the resource,
+ * without two exported calls on the way (the OpenMP layer's hot path). */
+static inline rankmem_status_t rk_allocate_checked(rankmem_resource_t *mr, size_t bytes,
+                                                   size_t alignment, void **ptr_p)
+{
+    if (RK_UNLIKELY(bytes > SIZE_MAX / 2 - alignment))
+        return rankmem_allocate(mr, bytes, alignment, ptr_p); /* which reports it */
+    return mr->ops->allocate(mr, bytes, alignment, NULL, ptr_p);
+}
+
+static inline rankmem_status_t rk_deallocate_checked(rankmem_resource_t *mr, void *ptr,
+                                                     size_t bytes, size_t alignment)
+{
+    if (alignment < RANKMEM_DEFAULT_ALIGNMENT)
+        alignment = RANKMEM_DEFAULT_ALIGNMENT;
+    return mr->ops->deallocate(mr, ptr, bytes, alignment, NULL);
+}
 RK_HIDDEN rankmem_status_t rk_resource_new(size_t struct_size, const rankmem_resource_ops_t *ops,
                                            unsigned props, rankmem_resource_t *upstream,
                                            rankmem_resource_t **mr_p);

@@ -95,7 +95,10 @@ rankmem_status_t rankmem_current_device(int *device_p)
     return RANKMEM_SUCCESS;
 }
 
-rankmem_status_t rankmem_get_device_resource(int device, rankmem_resource_t **mr_p)
+/* Everything but a made slot read after setup: out of line, so that the
+ * common call (every omp_alloc asks) is a leaf without a stack frame. */
+static __attribute__((noinline, cold)) rankmem_status_t get_slow(int device,
+                                                                 rankmem_resource_t **mr_p)
 {
     if (!mr_p)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_get_device_resource: NULL output");
@@ -103,7 +106,7 @@ rankmem_status_t rankmem_get_device_resource(int device, rankmem_resource_t **mr
     if (st != RANKMEM_SUCCESS)
         return st;
     rankmem_resource_t *mr = __atomic_load_n(&slots[device], __ATOMIC_ACQUIRE);
-    if (RK_LIKELY(mr != NULL)) {
+    if (mr != NULL) {
         *mr_p = mr;
         return RANKMEM_SUCCESS;
     }
@@ -118,6 +121,19 @@ rankmem_status_t rankmem_get_device_resource(int device, rankmem_resource_t **mr
     if (st == RANKMEM_SUCCESS)
         *mr_p = mr;
     return st;
+}
+
+rankmem_status_t rankmem_get_device_resource(int device, rankmem_resource_t **mr_p)
+{
+    rankmem_resource_t *mr;
+    /* nslots and slots are fixed once registry_ready is seen (acquire). */
+    if (RK_LIKELY(__atomic_load_n(&registry_ready, __ATOMIC_ACQUIRE) && mr_p &&
+                  (unsigned)device < (unsigned)nslots &&
+                  (mr = __atomic_load_n(&slots[device], __ATOMIC_ACQUIRE)) != NULL)) {
+        *mr_p = mr;
+        return RANKMEM_SUCCESS;
+    }
+    return get_slow(device, mr_p);
 }
 
 rankmem_status_t rankmem_set_device_resource(int device, rankmem_resource_t *mr)
