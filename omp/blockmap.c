@@ -114,11 +114,18 @@ static inline void backoff(unsigned n)
 
 /* ---- per-thread maps ---- */
 
+/* Only what the give-back needs, 40 bytes (a block record is 64): under 16
+ * threads two hardware threads share a core's L1, and a list of 384 full
+ * records, copied out again to be given back, no longer fitted in it. */
 typedef struct pend {
-    rkomp_block_t b;
-    uint64_t tag; /* its device's `started` at the free */
-    int dev;
-    int after;    /* AFTER_*: what its give-back still owes the block's entry */
+    void *ptr;              /* what goes back: the block, or the base it was cut from */
+    rankmem_resource_t *mr;
+    size_t bytes;           /* and its size */
+    uint64_t tag;           /* its device's `started` at the free */
+    signed char ent;        /* the block's entry (rkomp_block_t.ent) */
+    unsigned char dev;
+    unsigned char after;    /* AFTER_*: what its give-back still owes the block's entry */
+    unsigned char align_log2; /* the alignment it goes back with */
 } pend_t;
 /* A pending block's release is counted when it leaves the map (its
  * resource then stays alive through the pending list: drop_ref gives back
@@ -599,6 +606,14 @@ static inline void settle_after(const rkomp_block_t *b, int after)
         rankmem_resource_release(b->mr);
 }
 
+static inline void settle_pend(const pend_t *p)
+{
+    if (p->after == AFTER_HARVESTED)
+        rel_harvested(p->ent);
+    else if (p->after == AFTER_OWN_REF)
+        rankmem_resource_release(p->mr);
+}
+
 /* ---- deferral: per-device sync epochs, pending lists ---- */
 
 static struct epoch {
@@ -703,7 +718,12 @@ static int advance_all(uint64_t mask, const uint64_t *maxtag, int wait)
     return rc;
 }
 
-static inline size_t pend_size(const pend_t *p) { return p->b.base ? p->b.base_bytes : p->b.bytes; }
+/* The block a pending record gives back: what rankmem handed out. */
+static inline void pend_block(const pend_t *p, rkomp_block_t *b)
+{
+    *b = (rkomp_block_t){p->ptr, p->mr, p->bytes, (size_t)1 << p->align_log2, 0, NULL, 0, p->ent,
+                         0};
+}
 
 static inline void pend_count(tmap_t *m)
 {
@@ -724,15 +744,15 @@ static size_t take_ready(tmap_t *m, pend_t *out, size_t max, const rankmem_resou
     if (head_only) {
         while (m->pfirst < m->plast && n < max && ready(&m->pend[m->pfirst])) {
             out[n] = m->pend[m->pfirst++];
-            m->pbytes -= pend_size(&out[n++]);
+            m->pbytes -= out[n++].bytes;
         }
     } else {
         unsigned keep = m->pfirst;
         for (unsigned i = m->pfirst; i < m->plast; i++) {
             pend_t *p = &m->pend[i];
-            if (n < max && (!mr || p->b.mr == mr) && ready(p)) {
+            if (n < max && (!mr || p->mr == mr) && ready(p)) {
                 out[n] = *p;
-                m->pbytes -= pend_size(&out[n++]);
+                m->pbytes -= out[n++].bytes;
                 continue;
             }
             if (keep != i)
@@ -763,7 +783,7 @@ static void pend_devices(const tmap_t *m, const rankmem_resource_t *mr, uint64_t
     }
     for (unsigned i = m->pfirst; i < m->plast; i++) {
         const pend_t *p = &m->pend[i];
-        if (mr && p->b.mr != mr)
+        if (mr && p->mr != mr)
             continue;
         uint64_t bit = (uint64_t)1 << p->dev;
         if (!(*mask_p & bit) || maxtag[p->dev] < p->tag)
@@ -791,25 +811,27 @@ static void give_back_batch(tmap_t *me, pend_t *out, size_t n)
 {
     rankmem_block_t run[PEND_TAKE];
     for (size_t k = 0, j; k < n; k = j) {
-        const rkomp_block_t *b = &out[k].b;
-        if (!rkomp_batchable(b)) {
-            rkomp_give_back_fast(b, 0);
+        const rankmem_resource_t *mr = out[k].mr;
+        if (RKOMP_UNLIKELY(rkomp_gpu_count() > 1)) {
+            rkomp_block_t b;
+            pend_block(&out[k], &b);
+            rkomp_give_back(&b, 0); /* made current: its device */
             j = k + 1;
             continue;
         }
         /* A run of one resource's blocks: one call, and for a pool one
          * lock, for all of them. */
         size_t r = 0, failed;
-        for (j = k; j < n && out[j].b.mr == b->mr && rkomp_batchable(&out[j].b); j++)
-            run[r++] = (rankmem_block_t){out[j].b.ptr, out[j].b.bytes, out[j].b.alignment};
-        rankmem_status_t st = rankmem_deallocate_many(b->mr, run, r, &failed);
+        for (j = k; j < n && out[j].mr == mr; j++)
+            run[r++] = (rankmem_block_t){out[j].ptr, out[j].bytes, (size_t)1 << out[j].align_log2};
+        rankmem_status_t st = rankmem_deallocate_many(out[k].mr, run, r, &failed);
         if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
-            rkomp_give_back_many_failed(b->mr, r, failed, st);
+            rkomp_give_back_many_failed(out[k].mr, r, failed, st);
     }
     if (me)
         __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
     for (size_t k = 0; k < n; k++)
-        settle_after(&out[k].b, out[k].after);
+        settle_pend(&out[k]);
 }
 
 /* Give back m's releasable pending blocks (of mr only, unless NULL), from
@@ -828,11 +850,14 @@ static size_t drain(tmap_t *m, const rankmem_resource_t *mr, tmap_t *me)
         if (n && !me) {
             /* No hazard to publish: give back under the list's lock (a
              * thread without a map, at exit or out of memory). */
-            for (size_t k = 0; k < n; k++)
-                rkomp_give_back(&out[k].b, 0);
+            for (size_t k = 0; k < n; k++) {
+                rkomp_block_t b;
+                pend_block(&out[k], &b);
+                rkomp_give_back(&b, 0);
+            }
             map_unlock(m, md);
             for (size_t k = 0; k < n; k++)
-                settle_after(&out[k].b, out[k].after);
+                settle_pend(&out[k]);
         } else {
             map_unlock(m, md);
             give_back_batch(me, out, n);
@@ -876,7 +901,8 @@ static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
  * counted, as `after` says), waits for a sync of device dev that begins
  * after now. 1 when the list went over its bounds (the caller then calls
  * pend_over, once unlocked). */
-static inline int pend_push(tmap_t *m, const rkomp_block_t *b, int dev, int after)
+static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const rkomp_block_t *b,
+                                                           int dev, int after)
 {
     static int registered;
     /* The first pending block of all: exit gives back what is still
@@ -894,13 +920,23 @@ static inline int pend_push(tmap_t *m, const rkomp_block_t *b, int dev, int afte
     /* seq_cst: ordered with the syncer's increment (a sync counted after
      * this load begins after this free). */
     p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
-    p->b = *b;
-    p->dev = dev;
-    p->after = after;
+    if (RKOMP_LIKELY(!b->base)) {
+        p->ptr = b->ptr;
+        p->bytes = b->bytes;
+        p->align_log2 = (unsigned char)(b->alignment ? __builtin_ctzll(b->alignment) : 0);
+    } else {
+        p->ptr = b->base;
+        p->bytes = b->base_bytes;
+        p->align_log2 = (unsigned char)__builtin_ctz(RANKMEM_DEFAULT_ALIGNMENT);
+    }
+    p->mr = b->mr;
+    p->ent = (signed char)b->ent;
+    p->dev = (unsigned char)dev;
+    p->after = (unsigned char)after;
     m->pmask |= (uint64_t)1 << dev;
     m->ptag[dev] = p->tag;
     pend_count(m);
-    m->pbytes += pend_size(p);
+    m->pbytes += p->bytes;
     return m->plast - m->pfirst > PEND_SOFT ||
            m->pbytes > __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
 }
