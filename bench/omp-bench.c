@@ -518,6 +518,40 @@ static void delta(const result_t *a, const result_t *b)
         printf(" n/a |");
 }
 
+/* How much a thread slows down when all MAX_THREADS run: a loop bound by
+ * the multiplier (8 independent chains, no memory), per iteration, on one
+ * thread and then the slowest of MAX_THREADS at once. Where the CPUs are
+ * hardware threads sharing cores (a cloud VM's vCPUs often are), the ratio
+ * nears 2 and every per-thread figure at 16 threads pays for it. */
+static double mul_loop(long n)
+{
+    uint64_t a[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    double t0 = now_ns();
+    for (long i = 0; i < n; i++) {
+        for (int k = 0; k < 8; k++)
+            a[k] = a[k] * 3 + (a[k] >> 7);
+        __asm__ __volatile__("" : "+r"(a[0]), "+r"(a[3]), "+r"(a[7]));
+    }
+    double t = (now_ns() - t0) / (double)n;
+    sink = (void *)(uintptr_t)(a[0] ^ a[1] ^ a[2] ^ a[4] ^ a[5] ^ a[6]);
+    return t;
+}
+
+static void core_sharing(double *one, double *all)
+{
+    const long n = 10 * 1000 * 1000;
+    *one = *all = 1e30;
+    for (int rep = 0; rep < 3; rep++) {
+        double t = mul_loop(n), worst = 0;
+        if (t < *one)
+            *one = t;
+#pragma omp parallel num_threads(MAX_THREADS) reduction(max : worst)
+        worst = mul_loop(n);
+        if (worst < *all)
+            *all = worst;
+    }
+}
+
 static void host_info(char *cpu, size_t cap)
 {
     snprintf(cpu, cap, "unknown CPU");
@@ -613,6 +647,15 @@ static int driver(int argc, char **argv, int rounds, const char *preload, const 
     printf("- device: %s%s%s\n", ngpu ? device : "no GPU: rankmem's device space is host memory",
            cuda_versions[0] ? ", CUDA " : "", cuda_versions);
     printf("- host: %s, %ld CPUs online\n", cpu, sysconf(_SC_NPROCESSORS_ONLN));
+    double one, all;
+    core_sharing(&one, &all);
+    printf("- core sharing: a multiply-bound loop takes %.2f ns an iteration on 1 thread, %.2f on "
+           "each of %d at once (%.2fx)%s\n",
+           one, all, MAX_THREADS, all / one,
+           sysconf(_SC_NPROCESSORS_ONLN) < MAX_THREADS ? ": more threads than CPUs"
+           : all / one > 1.3 ? ": the CPUs share cores, so code at 16 threads runs slower per "
+                               "thread, ours and the direct calls' alike"
+                             : "");
 #if defined(__clang__)
     printf("- OpenMP: clang %s (libomp)\n", __clang_version__);
 #elif defined(__GNUC__)
