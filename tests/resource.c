@@ -196,6 +196,10 @@ static void test_registry(void)
     is_status(rankmem_get_device_resource(n > 0 ? n : 1, &again), RANKMEM_ERR_INVALID_ARGUMENT, "device out of range");
     is_status(rankmem_get_device_resource(-1, &again), RANKMEM_ERR_INVALID_ARGUMENT, "negative device");
     is_status(rankmem_get_current_resource(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "get: NULL output");
+    is_status(rankmem_get_device_resource(dev, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "get_device_resource: NULL output (a made slot)");
+    is_status(rankmem_get_device_resource(-1, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "get_device_resource: NULL output and a bad device");
     is_status(rankmem_set_current_resource(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "set: NULL resource");
 
     rankmem_resource_retain(cur); /* keep the old one to put back */
