@@ -64,7 +64,8 @@
  * over PEND_SOFT blocks or its share of RANKMEM_OMP_DEFER_BYTES gives back
  * the releasable head of the list or, with nothing releasable, runs one sync
  * (one thread per device at a time; the others keep deferring up to
- * PEND_CAP, then wait for it). A pending block still counts as live for its
+ * PEND_CAP, then wait for it). Below PEND_SOFT, every 32nd push past
+ * PEND_LOW gives back the head if another thread's sync released it. A pending block still counts as live for its
  * entry and in the resource's stats until it went back. The blocks go back
  * from the thread that freed them, so a pool's per-thread shards get them
  * where they left. A failed allocation, rankmem_omp_flush,
@@ -90,6 +91,7 @@
 #define PEND_SOFT 256u
 #define PEND_CAP 384u
 #define PEND_TAKE 128u
+#define PEND_LOW 64u
 
 /* ---- waiting ---- */
 
@@ -867,10 +869,11 @@ static size_t drain(tmap_t *m, const rankmem_resource_t *mr, tmap_t *me)
     return total;
 }
 
-/* Past the soft bound (or the thread's byte share), m being the caller's
- * own map: give back the releasable head of the list; with nothing
- * releasable, sync (while another thread's sync of the device runs, keep
- * deferring up to the hard bound, then wait for it). */
+/* Past the soft bound (or the thread's byte share), or past PEND_LOW with
+ * a releasable head, m being the caller's own map: give back the
+ * releasable head of the list; over the bound with nothing releasable,
+ * sync (while another thread's sync of the device runs, keep deferring up
+ * to the hard bound, then wait for it). */
 static __attribute__((noinline)) void pend_over(tmap_t *m)
 {
     pend_t out[PEND_TAKE];
@@ -937,8 +940,13 @@ static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const rkom
     m->ptag[dev] = p->tag;
     pend_count(m);
     m->pbytes += p->bytes;
-    return m->plast - m->pfirst > PEND_SOFT ||
-           m->pbytes > __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
+    unsigned len = m->plast - m->pfirst;
+    if (len > PEND_SOFT || m->pbytes > __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED))
+        return 1;
+    /* Below the bound, every 32nd push gives back what other threads' syncs
+     * made releasable: blocks held back stay live in their pool, whose maps
+     * then outgrow the cache (16 threads). Never a sync from here. */
+    return len >= PEND_LOW && !(m->plast & 31u) && ready(&m->pend[m->pfirst]);
 }
 
 /* A thread leaves: what it left pending goes back now. */

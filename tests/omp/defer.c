@@ -10,7 +10,8 @@
  *
  * Checked: a pending block is out of the map at once (a second free is a
  * foreign pointer's) but still live in the resource's stats until
- * rankmem_omp_flush; frees past a shard's bound give blocks back without a
+ * rankmem_omp_flush; blocks another thread's sync released go back before
+ * the list's bound; frees past a shard's bound give blocks back without a
  * flush; a block far over a thread's byte share goes back at once; a pool_size
  * allocator full of pending blocks still serves (flush on failure);
  * omp_destroy_allocator gives its pending blocks back; a replaced current
@@ -207,6 +208,49 @@ static void single_thread(rankmem_resource_t *st)
     over_aligned(st);
 }
 
+/* Blocks that another thread's sync made releasable go back before the
+ * list reaches its bound: thread 0 frees 100 blocks, thread 1 frees 300
+ * (past 256 it syncs, which covers thread 0's too), then thread 0 frees 28
+ * more; at its 128th push it finds the head of its list releasable. */
+static void *eg_blocks[2][300];
+static int eg_got; /* atomic (the runtime's barriers are invisible to ThreadSanitizer) */
+static size_t eg_after;
+static rankmem_resource_t *eg_st; /* static: the region captures nothing of main's stack */
+
+static void early_give_back(rankmem_resource_t *st)
+{
+    rankmem_omp_flush();
+    size_t live0 = stats_of(st).count_current;
+    eg_st = st;
+#pragma omp parallel num_threads(2)
+    {
+        int me = omp_get_thread_num();
+        for (int i = 0; i < (me ? 300 : 128); i++)
+            if ((eg_blocks[me][i] = omp_alloc(1000, rankmem_omp_device_mem_alloc)) != NULL)
+                __atomic_fetch_add(&eg_got, 1, __ATOMIC_RELAXED);
+#pragma omp barrier
+        if (me == 0)
+            for (int i = 0; i < 100; i++)
+                omp_free(eg_blocks[0][i], rankmem_omp_device_mem_alloc);
+#pragma omp barrier
+        if (me == 1)
+            for (int i = 0; i < 300; i++)
+                omp_free(eg_blocks[1][i], rankmem_omp_device_mem_alloc);
+#pragma omp barrier
+        if (me == 0) {
+            for (int i = 100; i < 128; i++)
+                omp_free(eg_blocks[0][i], rankmem_omp_device_mem_alloc);
+            eg_after = stats_of(eg_st).count_current;
+        }
+    }
+    ok(__atomic_load_n(&eg_got, __ATOMIC_RELAXED) == 428 && eg_after - live0 < 128,
+       "2 threads: a thread gives back what another's sync released, below its bound "
+       "(%zu still waiting; 171 if it kept them)",
+       eg_after - live0);
+    rankmem_omp_flush();
+    ok(stats_of(st).count_current == live0, "... and a flush gives the rest back");
+}
+
 /* ---- 16 threads ----
  * Shared through atomics on static storage (see tests/omp/threads.c: the
  * runtime's own synchronisation is invisible to ThreadSanitizer). */
@@ -313,6 +357,9 @@ int main(int argc, char **argv)
     omp_free(probe, rankmem_omp_device_mem_alloc);
     many_threads(st, dev_rw ? rankmem_omp_device_mem_alloc : rankmem_omp_managed_mem_alloc,
                  dev_rw);
+    /* After the 16 threads: their region made the runtime's threads (its
+     * later regions' hand-offs are invisible to ThreadSanitizer). */
+    early_give_back(st);
 
     rankmem_set_current_resource(cur);
     omp_free(omp_alloc(64, rankmem_omp_device_mem_alloc), rankmem_omp_device_mem_alloc);
