@@ -130,9 +130,8 @@ void rkomp_give_back(const rkomp_block_t *b, int immediate)
 #else
     (void)immediate;
 #endif
-    rankmem_status_t st =
-        b->base ? rankmem_deallocate(b->mr, b->base, b->base_bytes, RANKMEM_DEFAULT_ALIGNMENT)
-                : rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
+    rankmem_block_t r = rkomp_returned(b);
+    rankmem_status_t st = rankmem_deallocate(b->mr, r.ptr, r.bytes, r.alignment);
 #if HAVE_GPU
     leave_device(prev);
 #endif
@@ -247,10 +246,8 @@ void *rkomp_serve_tail(rkomp_block_t *b, int ins)
         return NULL;
     }
     /* Not recorded (no memory for the map, or the zero fill failed). */
-    if (b->base)
-        rankmem_deallocate(b->mr, b->base, b->base_bytes, RANKMEM_DEFAULT_ALIGNMENT);
-    else
-        rankmem_deallocate(b->mr, b->ptr, b->bytes, b->alignment);
+    rankmem_block_t r = rkomp_returned(b);
+    rankmem_deallocate(b->mr, r.ptr, r.bytes, r.alignment);
     if (b->ent == RKOMP_ENT_OWN)
         rankmem_resource_release(b->mr);
     return NULL;

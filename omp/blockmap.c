@@ -599,21 +599,13 @@ static void rel_harvested(int e)
         ent_drop(e);
 }
 
-/* What a block's give-back still owes its entry or resource (AFTER_*). */
-static inline void settle_after(const rkomp_block_t *b, int after)
+/* What a block's give-back still owes its entry ent or resource mr (AFTER_*). */
+static inline void settle_after(int ent, rankmem_resource_t *mr, int after)
 {
     if (after == AFTER_HARVESTED)
-        rel_harvested(b->ent);
+        rel_harvested(ent);
     else if (after == AFTER_OWN_REF)
-        rankmem_resource_release(b->mr);
-}
-
-static inline void settle_pend(const pend_t *p)
-{
-    if (p->after == AFTER_HARVESTED)
-        rel_harvested(p->ent);
-    else if (p->after == AFTER_OWN_REF)
-        rankmem_resource_release(p->mr);
+        rankmem_resource_release(mr);
 }
 
 /* ---- deferral: per-device sync epochs, pending lists ---- */
@@ -833,7 +825,7 @@ static void give_back_batch(tmap_t *me, pend_t *out, size_t n)
     if (me)
         __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
     for (size_t k = 0; k < n; k++)
-        settle_pend(&out[k]);
+        settle_after(out[k].ent, out[k].mr, out[k].after);
 }
 
 /* Give back m's releasable pending blocks (of mr only, unless NULL), from
@@ -859,7 +851,7 @@ static size_t drain(tmap_t *m, const rankmem_resource_t *mr, tmap_t *me)
             }
             map_unlock(m, md);
             for (size_t k = 0; k < n; k++)
-                settle_pend(&out[k]);
+                settle_after(out[k].ent, out[k].mr, out[k].after);
         } else {
             map_unlock(m, md);
             give_back_batch(me, out, n);
@@ -923,15 +915,10 @@ static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const rkom
     /* seq_cst: ordered with the syncer's increment (a sync counted after
      * this load begins after this free). */
     p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
-    if (RKOMP_LIKELY(!b->base)) {
-        p->ptr = b->ptr;
-        p->bytes = b->bytes;
-        p->align_log2 = (unsigned char)(b->alignment ? __builtin_ctzll(b->alignment) : 0);
-    } else {
-        p->ptr = b->base;
-        p->bytes = b->base_bytes;
-        p->align_log2 = (unsigned char)__builtin_ctz(RANKMEM_DEFAULT_ALIGNMENT);
-    }
+    rankmem_block_t r = rkomp_returned(b);
+    p->ptr = r.ptr;
+    p->bytes = r.bytes;
+    p->align_log2 = (unsigned char)__builtin_ctzll(r.alignment); /* >= 256 for ours */
     p->mr = b->mr;
     p->ent = (signed char)b->ent;
     p->dev = (unsigned char)dev;
@@ -1008,7 +995,7 @@ int rkomp_map_free(const void *ptr, int *ent_p)
     if (RKOMP_LIKELY(me != NULL))
         __atomic_store_n(&me->hz, b.mr, __ATOMIC_RELEASE);
     map_unlock(m, md);
-    rkomp_give_back_fast(&b, 1);
+    rkomp_give_back_fast(&b);
     if (RKOMP_LIKELY(me != NULL))
         __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
     if (RKOMP_UNLIKELY(late)) {
@@ -1016,7 +1003,7 @@ int rkomp_map_free(const void *ptr, int *ent_p)
         after = count_release_locked(m, b.ent) ? AFTER_HARVESTED : AFTER_NONE;
         map_unlock(m, md);
     }
-    settle_after(&b, after);
+    settle_after(b.ent, b.mr, after);
     return 1;
 }
 

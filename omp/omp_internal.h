@@ -263,7 +263,7 @@ typedef struct rkomp_block {
     void *ptr;                /* NULL = empty slot */
     rankmem_resource_t *mr;   /* kept alive for the block's life (see ent) */
     size_t bytes;
-    size_t alignment;         /* what rankmem_allocate got */
+    size_t alignment;         /* what rankmem_allocate got (at least RANKMEM_DEFAULT_ALIGNMENT) */
     rkomp_handle_t allocator; /* the handle it was allocated through */
     void *base;               /* over-allocated for its alignment: what rankmem gave, else NULL */
     size_t base_bytes;        /* and its size (its alignment is RANKMEM_DEFAULT_ALIGNMENT) */
@@ -395,28 +395,29 @@ RKOMP_HIDDEN void rkomp_device_ent_check(int ent);
 RKOMP_HIDDEN void rkomp_give_back(const rkomp_block_t *b, int immediate);
 /* Reports a failed rankmem_deallocate of b (st) on stderr. */
 RKOMP_HIDDEN void rkomp_give_back_failed(const rkomp_block_t *b, rankmem_status_t st);
-/* Whether b may go back straight to rankmem, alone or in a batch
- * (rankmem_deallocate_many): no device to enter, no over-allocation. */
-static inline int rkomp_batchable(const rkomp_block_t *b)
+/* What goes back to b's resource: what rankmem handed out (the base an
+ * over-aligned block was cut from, with the default alignment). */
+static inline rankmem_block_t rkomp_returned(const rkomp_block_t *b)
 {
-    return rkomp_gpu_count() <= 1 && !b->base;
+    return b->base ? (rankmem_block_t){b->base, b->base_bytes, RANKMEM_DEFAULT_ALIGNMENT}
+                   : (rankmem_block_t){b->ptr, b->bytes, b->alignment};
 }
 /* Reports that failed of n blocks could not go back to mr (st) on stderr. */
 RKOMP_HIDDEN void rkomp_give_back_many_failed(const rankmem_resource_t *mr, size_t n,
                                               size_t failed, rankmem_status_t st);
-/* rkomp_give_back with its common case inline: one visible device (or
- * none), no wait owed, no over-allocation. */
-static inline void rkomp_give_back_fast(const rkomp_block_t *b, int immediate)
+/* rkomp_give_back(b, 1) with its common case inline: one visible device
+ * (or none), no wait owed, no over-allocation. */
+static inline void rkomp_give_back_fast(const rkomp_block_t *b)
 {
-    if (RKOMP_LIKELY(rkomp_batchable(b)) &&
-        (!immediate || !rkomp_gpu_count() || !rkomp_free_sync() ||
-         !(b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
-        rankmem_status_t st = rk_deallocate_checked(b->mr, b->ptr, b->bytes, b->alignment);
+    int ngpu = rkomp_gpu_count();
+    if (RKOMP_LIKELY(ngpu <= 1 && !b->base) &&
+        (!ngpu || !rkomp_free_sync() || !(b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
+        rankmem_status_t st = rk_deallocate_checked(b->mr, b->ptr, b->bytes, b->alignment, NULL);
         if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
             rkomp_give_back_failed(b, st);
         return;
     }
-    rkomp_give_back(b, immediate);
+    rkomp_give_back(b, 1);
 }
 /* cudaDeviceSynchronize on device dev (made current for it): 0, or -1 when
  * it failed. Without a GPU (the test switch) a no-op. */

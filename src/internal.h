@@ -23,8 +23,6 @@ RK_HIDDEN rankmem_status_t rk_error(rankmem_status_t status, const char *fmt, ..
 static inline size_t rk_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
 
-/* Allocate and fill the header of a built-in resource of struct size
- * struct_size (zeroed). On failure nothing is left allocated. */
 /* Blocks per deallocate_many call (the operation's bound; the public call
  * cuts longer arrays). */
 #define RK_BATCH 256u
@@ -34,10 +32,11 @@ static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
 RK_HIDDEN rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
                                               size_t n, rankmem_stream_t stream,
                                               rankmem_status_t *status);
-/* rankmem_allocate / rankmem_deallocate for a caller that already checked
- * what the public calls check (mr and ptr not NULL, bytes > 0, alignment a
- * power of two, at least RANKMEM_DEFAULT_ALIGNMENT to allocate): straight to the resource,
- * without two exported calls on the way (the OpenMP layer's hot path). */
+/* rankmem_allocate / rankmem_deallocate_async for a caller that already
+ * checked what the public calls check (mr and ptr not NULL, bytes > 0,
+ * alignment a power of two, at least RANKMEM_DEFAULT_ALIGNMENT to
+ * allocate): straight to the resource, without the exported calls on the
+ * way (the OpenMP layer's hot path; the dispatcher's own tail). */
 static inline rankmem_status_t rk_allocate_checked(rankmem_resource_t *mr, size_t bytes,
                                                    size_t alignment, void **ptr_p)
 {
@@ -47,12 +46,15 @@ static inline rankmem_status_t rk_allocate_checked(rankmem_resource_t *mr, size_
 }
 
 static inline rankmem_status_t rk_deallocate_checked(rankmem_resource_t *mr, void *ptr,
-                                                     size_t bytes, size_t alignment)
+                                                     size_t bytes, size_t alignment,
+                                                     rankmem_stream_t stream)
 {
     if (alignment < RANKMEM_DEFAULT_ALIGNMENT)
         alignment = RANKMEM_DEFAULT_ALIGNMENT;
-    return mr->ops->deallocate(mr, ptr, bytes, alignment, NULL);
+    return mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
 }
+/* Allocate and fill the header of a built-in resource of struct size
+ * struct_size (zeroed). On failure nothing is left allocated. */
 RK_HIDDEN rankmem_status_t rk_resource_new(size_t struct_size, const rankmem_resource_ops_t *ops,
                                            unsigned props, rankmem_resource_t *upstream,
                                            rankmem_resource_t **mr_p);

@@ -145,9 +145,7 @@ rankmem_status_t rankmem_deallocate_async(rankmem_resource_t *mr, void *ptr, siz
     if (RK_UNLIKELY(alignment && !rk_is_pow2(alignment)))
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
                         "%s: alignment %zu is not a power of two", mr->ops->name, alignment);
-    if (alignment < RANKMEM_DEFAULT_ALIGNMENT)
-        alignment = RANKMEM_DEFAULT_ALIGNMENT;
-    return mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+    return rk_deallocate_checked(mr, ptr, bytes, alignment, stream);
 }
 
 rankmem_status_t rankmem_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
@@ -169,9 +167,8 @@ rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr, const rankmem_block_
         return mr->ops->deallocate_many(mr, blocks, n, stream, status);
     rankmem_status_t first = RANKMEM_SUCCESS;
     for (size_t i = 0; i < n; i++) {
-        size_t al = blocks[i].alignment > RANKMEM_DEFAULT_ALIGNMENT ? blocks[i].alignment
-                                                                     : RANKMEM_DEFAULT_ALIGNMENT;
-        status[i] = mr->ops->deallocate(mr, blocks[i].ptr, blocks[i].bytes, al, stream);
+        status[i] = rk_deallocate_checked(mr, blocks[i].ptr, blocks[i].bytes, blocks[i].alignment,
+                                          stream);
         if (status[i] != RANKMEM_SUCCESS && first == RANKMEM_SUCCESS)
             first = status[i];
     }

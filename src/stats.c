@@ -224,21 +224,34 @@ HOT_TARGET static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t
     return RANKMEM_SUCCESS;
 }
 
+/* n blocks of `bytes` in all counted out, before the upstream has them:
+ * once it does, another thread may be handed the same memory, and counting
+ * it twice would inflate the peak. */
+HOT_TARGET static inline void count_out(stats_t *s, size_t bytes, size_t n)
+{
+    if (!owner_add(s, (size_t)0 - bytes, (size_t)0 - n, 0)) {
+        make_shared(s);
+        current_add(s, (size_t)0 - bytes, (size_t)0 - n);
+    }
+}
+
+/* What the upstream refused to take back: still live. */
+static inline void count_back(stats_t *s, size_t bytes, size_t n)
+{
+    if (!owner_add(s, bytes, n, 0))
+        current_add(s, bytes, n);
+}
+
 HOT_TARGET static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void *ptr,
                                                     size_t bytes, size_t alignment,
                                                     rankmem_stream_t stream)
 {
     stats_t *s = (stats_t *)mr;
     rankmem_resource_t *up = mr->upstream;
-    /* Count the free first: once the upstream has it, another thread may be
-     * handed the same memory, and counting it twice would inflate the peak. */
-    if (!owner_add(s, (size_t)0 - bytes, (size_t)0 - 1, 0)) {
-        make_shared(s);
-        current_add(s, (size_t)0 - bytes, (size_t)0 - 1);
-    }
+    count_out(s, bytes, 1);
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
-    if (RK_UNLIKELY(st != RANKMEM_SUCCESS) && !owner_add(s, bytes, 1, 0))
-        current_add(s, bytes, 1); /* refused: still live */
+    if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
+        count_back(s, bytes, 1);
     return st;
 }
 
@@ -253,10 +266,7 @@ static rankmem_status_t stats_deallocate_many(rankmem_resource_t *mr, const rank
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++)
         bytes += blocks[i].bytes;
-    if (!owner_add(s, (size_t)0 - bytes, (size_t)0 - n, 0)) {
-        make_shared(s);
-        current_add(s, (size_t)0 - bytes, (size_t)0 - n);
-    }
+    count_out(s, bytes, n);
     rankmem_status_t first = rk_deallocate_many(mr->upstream, blocks, n, stream, status);
     if (RK_UNLIKELY(first != RANKMEM_SUCCESS)) {
         size_t back = 0, count = 0;
@@ -265,8 +275,7 @@ static rankmem_status_t stats_deallocate_many(rankmem_resource_t *mr, const rank
                 back += blocks[i].bytes;
                 count++;
             }
-        if (!owner_add(s, back, count, 0))
-            current_add(s, back, count); /* refused: still live */
+        count_back(s, back, count);
     }
     return first;
 }
