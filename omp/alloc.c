@@ -193,15 +193,14 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
      * for all its blocks; shared resources live as long as the process. */
     rankmem_resource_t *mr;
     int ent;
-    unsigned gen = 0;
     if (a->chain) {
         mr = a->chain;
-        ent = rkomp_ent_pin(a->ent, mr, &gen) ? a->ent : RKOMP_ENT_OWN;
+        ent = rkomp_ent_pin(a->ent, mr) ? a->ent : RKOMP_ENT_OWN;
     } else if (a->space == RKOMP_SPACE_DEVICE) {
         int dev;
         if (rkomp_device_resource(&mr, &dev) != RANKMEM_SUCCESS)
             return NULL;
-        ent = rkomp_device_ent(dev, mr, &gen);
+        ent = rkomp_device_ent(dev, mr);
     } else {
         if (!(mr = rkomp_shared_resource(a->space)))
             return NULL;
@@ -211,7 +210,7 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
         return NULL;
     size_t al = max3(alignment, a->alignment, RANKMEM_DEFAULT_ALIGNMENT);
     void *p = NULL;
-    rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0, ent, 0};
+    rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0, ent};
     if (rankmem_allocate(mr, size, al, &p) != RANKMEM_SUCCESS) {
         /* Leaves such as cudaMalloc promise only 256 bytes: a larger
          * alignment is served by over-allocating and rounding up. */
@@ -230,7 +229,7 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
     b.ptr = p;
     int ins = -1;
     if (!zero || zero_fill(mr, p, size) == 0)
-        ins = rkomp_map_insert(&b, gen);
+        ins = rkomp_map_insert(&b);
     return RKOMP_LIKELY(ins == 0) ? p : rkomp_serve_tail(&b, ins);
 }
 
@@ -376,21 +375,9 @@ static inline rkomp_handle_t kmpc_handle(rkomp_handle_t h)
 /* 1 when ptr was ours (now freed, or waiting for a device sync). */
 static inline __attribute__((always_inline)) int our_free(void *ptr)
 {
-    int ent;
     /* In the grain of this thread's latest insert the filters would answer
      * "maybe": skip them. */
-    if (!ptr || (!rkomp_own_grain(ptr) && !rkomp_map_maybe(ptr)) || !rkomp_map_free(ptr, &ent))
-        return 0;
-    if (RKOMP_LIKELY(ent >= 0)) {
-        /* A device's current resource that was replaced goes once its last
-         * block does. Allocations notice a replacement at once; frees look
-         * every 16th time per thread, which spares most frees a registry
-         * lookup. */
-        static __thread unsigned frees __attribute__((tls_model("initial-exec")));
-        if (RKOMP_UNLIKELY((++frees & 15u) == 0))
-            rkomp_device_ent_check(ent);
-    }
-    return 1;
+    return ptr && (rkomp_own_grain(ptr) || rkomp_map_maybe(ptr)) && rkomp_map_free(ptr);
 }
 
 /* What to tell the runtime about a block that is not ours: our handles mean

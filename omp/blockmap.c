@@ -18,35 +18,36 @@
  * the allocator, with blocks live). A reference per block would be a
  * read-modify-write of the resource's one shared counter at every omp_alloc
  * and omp_free. Instead the layer holds ONE reference per resource it serves
- * from (an entry) and counts that resource's live blocks in per-map stripes,
- * in the map the block was inserted into: `ins` is raised under the map's
- * lock at insert, `rel` under the same lock when the block leaves the map
- * (whoever frees it). A block's insert and release touch the same map, so
- * ins - rel of a stripe is that map's live count and the sum over maps is
- * exact.
- *
- * A release counted before its block went back must not let the resource
- * go while rankmem_deallocate is still inside it: the freeing thread
- * publishes the resource in its hazard field under the map lock, and clears
- * it once rankmem_deallocate returned (a batch of pending blocks publishes a
- * wildcard). Whoever drops an entry's reference first waits until no hazard
- * names that resource, gives back its pending blocks, and waits again.
+ * from (an entry), and each block records its entry: the maps are the
+ * count, and nothing is counted per allocation or per free.
  *
  * An entry is ACTIVE while in service (the current resource of a device as
  * last seen here, or an allocator's own chain) and RETIRED once not (the
  * device's current resource changed, or omp_destroy_allocator). Retiring
- * harvests the stripes with every map locked at once (one membarrier for
- * all the biases): `rel` gets the HARVESTED flag and ins - rel is added up.
- * A release that finds the flag came after the harvest counted its block
- * and lowers the entry's `remaining` instead; the one that takes it to zero
- * (or the harvest itself, when nothing was live) drops the layer's
- * reference and frees the entry. An insert checks, under its map's lock,
- * that the entry is still ACTIVE and of the generation the allocation
- * picked (odd while the entry is being reset for reuse); otherwise the
- * block takes a reference of its own. A map made after a harvest began is
- * not harvested, but its inserts see the entry RETIRED (both orders are
- * sequentially consistent: the harvest stores the state, then reads the
- * list of maps; a new map is pushed on the list, then reads the state).
+ * harvests the maps with all of them locked at once (one membarrier for
+ * all the biases): each of the entry's blocks is marked HARVESTED and
+ * counted into the entry's `remaining`. The free of a marked block lowers
+ * `remaining`; the one that takes it to zero (or the harvest itself, when
+ * nothing was live) drops the layer's reference and frees the entry. An
+ * insert checks, under its map's lock, that the entry is still ACTIVE for
+ * the block's resource (it may have been retired, or freed and reused,
+ * since the allocation picked it); otherwise the block takes a reference
+ * of its own. A map made after a harvest began is not harvested, but its
+ * inserts see the entry RETIRED (both orders are sequentially consistent:
+ * the harvest stores the state, then reads the list of maps; a new map is
+ * pushed on the list, then reads the state).
+ *
+ * A block given back at its free goes back under its map's lock: a
+ * harvest, which takes every map's lock, either counted it (its free then
+ * lowers `remaining` once it is back) or finds it gone, with
+ * rankmem_deallocate over. A block that leaves its map for a pending list
+ * (below) is no longer counted: its resource stays alive through the list
+ * (drop_ref gives back that resource's pending blocks first), and on the
+ * way through a hazard: a thread moving another thread's block to its own
+ * list, or giving back a batch, names the resource (or a wildcard) in its
+ * hazard field, and whoever drops an entry's reference first waits until
+ * no hazard names that resource, gives back its pending blocks, and waits
+ * again.
  *
  * Blocks that cannot use an entry (all RKOMP_NENT in use, or the races
  * above) hold a reference of their own; blocks of the shared managed and
@@ -65,8 +66,9 @@
  * the releasable head of the list or, with nothing releasable, runs one sync
  * (one thread per device at a time; the others keep deferring up to
  * PEND_CAP, then wait for it). Below PEND_SOFT, every 32nd push past
- * PEND_LOW gives back the head if another thread's sync released it. A pending block still counts as live for its
- * entry and in the resource's stats until it went back. The blocks go back
+ * PEND_LOW gives back the head if another thread's sync released it. A
+ * pending block still counts in its resource's stats until it went back.
+ * The blocks go back
  * from the thread that freed them, so a pool's per-thread shards get them
  * where they left. A failed allocation, rankmem_omp_flush,
  * omp_destroy_allocator (its chain's blocks), a thread's exit and the
@@ -80,8 +82,6 @@
 #include <string.h>
 
 #define INITIAL_CAPACITY 16u
-#define HARVESTED ((uint64_t)1 << 63) /* flag in a map's released count */
-#define REMAINING_BIAS ((long)1 << 40) /* keeps `remaining` above 0 during a harvest */
 
 /* A thread's pending blocks: past SOFT (or its byte share) a free gives
  * back what it can, or starts a sync; at CAP - 1 (or 4 shares) it waits for
@@ -116,7 +116,78 @@ static inline void backoff(unsigned n)
 
 /* ---- per-thread maps ---- */
 
-/* Only what the give-back needs, 40 bytes (a block record is 64): under 16
+/* A map's record of a block, 32 bytes, two to a cache line: what
+ * rkomp_block_t says, packed. meta: */
+#define M_ENT 0xffu                 /* the entry + 2: 0 own reference, 1 none, 2.. entries */
+#define M_HARVESTED (1u << 8)       /* counted into its entry's `remaining` */
+#define M_ALIGN_SHIFT 9             /* log2 of the alignment, 6 bits */
+#define M_AIDX_SHIFT 15             /* the allocator's slot, 13 bits */
+#define M_AGEN_SHIFT 28             /* and its generation, 6 bits */
+#define M_BOFF_SHIFT 34             /* over-allocated: (ptr - base) / 256 + 1, else 0 */
+#define M_BOFF_MAX ((uint64_t)1 << 30)
+typedef struct slot {
+    void *ptr; /* NULL: empty */
+    size_t bytes;
+    rankmem_resource_t *mr;
+    uint64_t meta;
+} slot_t;
+_Static_assert(RKOMP_MAX_ALLOCATORS <= 1u << 13 && RKOMP_GEN_MASK == 63u && RKOMP_NENT + 2 <= 0xff,
+               "a slot's meta has no room for these");
+/* The device allocator's blocks of entry e, with the default alignment. */
+#define M_DEV(e) ((uint64_t)((e) + 2) | (uint64_t)8u << M_ALIGN_SHIFT)
+
+static inline int slot_ent(const slot_t *s) { return (int)(s->meta & M_ENT) - 2; }
+static inline size_t slot_align(const slot_t *s)
+{
+    return (size_t)1 << ((s->meta >> M_ALIGN_SHIFT) & 63u);
+}
+
+/* 0, or -1 when b cannot be recorded (an offset past M_BOFF_MAX). */
+static int slot_pack(const rkomp_block_t *b, slot_t *s)
+{
+    uintptr_t h = b->allocator & ~(uintptr_t)(RKOMP_SLOT_ALIGN - 1);
+    uint64_t aidx = (h - (uintptr_t)rkomp_slots) / RKOMP_SLOT_ALIGN;
+    uint64_t agen = (b->allocator >> 1) & RKOMP_GEN_MASK;
+    uint64_t boff = 0;
+    if (b->base) {
+        boff = ((uintptr_t)b->ptr - (uintptr_t)b->base) / RANKMEM_DEFAULT_ALIGNMENT + 1;
+        if (boff >= M_BOFF_MAX)
+            return -1;
+    }
+    *s = (slot_t){b->ptr, b->bytes, b->mr,
+                  (uint64_t)(b->ent + 2) | (uint64_t)__builtin_ctzll(b->alignment) << M_ALIGN_SHIFT |
+                      aidx << M_AIDX_SHIFT | agen << M_AGEN_SHIFT | boff << M_BOFF_SHIFT};
+    return 0;
+}
+
+static void slot_unpack(const slot_t *s, rkomp_block_t *b)
+{
+    uint64_t aidx = (s->meta >> M_AIDX_SHIFT) & (RKOMP_MAX_ALLOCATORS - 1);
+    uint64_t agen = (s->meta >> M_AGEN_SHIFT) & RKOMP_GEN_MASK;
+    uint64_t boff = s->meta >> M_BOFF_SHIFT;
+    size_t al = slot_align(s);
+    *b = (rkomp_block_t){s->ptr, s->mr, s->bytes, al,
+                         (uintptr_t)&rkomp_slots[aidx] | (uintptr_t)agen << 1 | 1u, NULL, 0,
+                         slot_ent(s)};
+    if (boff) {
+        b->base = (char *)s->ptr - (boff - 1) * RANKMEM_DEFAULT_ALIGNMENT;
+        b->base_bytes = s->bytes + al - RANKMEM_DEFAULT_ALIGNMENT;
+    }
+}
+
+/* What goes back to s's resource (rkomp_returned). */
+static inline rankmem_block_t slot_returned(const slot_t *s)
+{
+    uint64_t boff = s->meta >> M_BOFF_SHIFT;
+    size_t al = slot_align(s);
+    if (RKOMP_UNLIKELY(boff))
+        return (rankmem_block_t){(char *)s->ptr - (boff - 1) * RANKMEM_DEFAULT_ALIGNMENT,
+                                 s->bytes + al - RANKMEM_DEFAULT_ALIGNMENT,
+                                 RANKMEM_DEFAULT_ALIGNMENT};
+    return (rankmem_block_t){s->ptr, s->bytes, al};
+}
+
+/* Only what the give-back needs, 40 bytes (a block record was 64): under 16
  * threads two hardware threads share a core's L1, and a list of 384 full
  * records, copied out again to be given back, no longer fitted in it. */
 typedef struct pend {
@@ -129,11 +200,9 @@ typedef struct pend {
     unsigned char after;    /* AFTER_*: what its give-back still owes the block's entry */
     unsigned char align_log2; /* the alignment it goes back with */
 } pend_t;
-/* A pending block's release is counted when it leaves the map (its
- * resource then stays alive through the pending list: drop_ref gives back
- * that resource's pending blocks first). Left for after the give-back:
- * nothing, the entry's `remaining` (the entry was harvested with the block
- * live), or the block's own reference. */
+/* What a block's give-back still owes: nothing, its entry's `remaining`
+ * (the entry was harvested with the block live), or the block's own
+ * reference. */
 enum { AFTER_NONE = 0, AFTER_HARVESTED, AFTER_OWN_REF };
 
 typedef struct tmap {
@@ -141,16 +210,13 @@ typedef struct tmap {
     unsigned count;  /* live blocks; written under the lock, atomically (read without it) */
     size_t mask;     /* capacity - 1; 0 while slots is NULL */
     unsigned shift;  /* 32 - log2(capacity): a hash's top bits are its home slot */
-    rkomp_block_t *slots;
+    unsigned limit;  /* capacity / 2: an insert grows the table at this count */
+    unsigned frees;  /* the owner's frees (now_and_then_check), not under the lock */
+    slot_t *slots;
     unsigned idx;               /* its filter: filt[idx] */
     rankmem_resource_t *hz;     /* atomic: what a give-back of this thread is inside, or NULL */
     unsigned used;              /* atomic: claimed by a live thread */
     struct tmap *next;          /* fixed once published */
-    /* Per entry: blocks inserted here, and blocks released (HARVESTED once
-     * counted out). Their difference is the entry's live blocks here. */
-    struct {
-        uint64_t ins, rel;
-    } n[RKOMP_NENT];
     /* The thread's pending blocks, oldest first: pend[pfirst .. plast). */
     unsigned pfirst, plast;
     unsigned npend; /* plast - pfirst, stored atomically (read without the lock) */
@@ -241,6 +307,8 @@ static __attribute__((noinline)) tmap_t *map_register(void)
 }
 
 static inline int map_lock(tmap_t *m) { return rk_block_lock(&m->lock); }
+/* The calling thread's own map (my_map): biased, if at all, to the caller. */
+static inline int own_lock(tmap_t *me) { return rk_block_lock_mine(&me->lock); }
 static inline void map_unlock(tmap_t *m, int md) { rk_block_unlock(&m->lock, md); }
 
 /* Every map locked at once, with one membarrier for all their biases
@@ -298,19 +366,20 @@ static inline size_t probe(const tmap_t *m, const void *ptr, unsigned h)
 static int grow(tmap_t *m)
 {
     size_t cap = m->mask ? (m->mask + 1) * 2 : INITIAL_CAPACITY;
-    /* Slots are a cache line each: aligned, a probe touches one line. */
-    rkomp_block_t *n = cap <= SIZE_MAX / sizeof *n ? aligned_alloc(64, cap * sizeof *n) : NULL;
+    /* Aligned: a slot never straddles two lines. */
+    slot_t *n = cap <= SIZE_MAX / sizeof *n ? aligned_alloc(64, cap * sizeof *n) : NULL;
     if (!n)
         return -1;
     memset(n, 0, cap * sizeof *n);
-    rkomp_block_t *old = m->slots;
+    slot_t *old = m->slots;
     size_t old_cap = m->mask ? m->mask + 1 : 0;
     m->slots = n;
     m->mask = cap - 1;
     m->shift = 32u - (unsigned)__builtin_ctzll((unsigned long long)cap);
+    m->limit = (unsigned)(cap / 2);
     for (size_t i = 0; i < old_cap; i++)
         if (old[i].ptr)
-            m->slots[probe(m, old[i].ptr, old[i].hash)] = old[i];
+            m->slots[probe(m, old[i].ptr, hash_of(old[i].ptr))] = old[i];
     free(old);
     return 0;
 }
@@ -325,7 +394,7 @@ static inline void remove_at(tmap_t *m, size_t i)
         j = (j + 1) & m->mask;
         if (!m->slots[j].ptr)
             break;
-        size_t home = home_of(m, m->slots[j].hash);
+        size_t home = home_of(m, hash_of(m->slots[j].ptr));
         if (((j - home) & m->mask) >= ((j - hole) & m->mask)) {
             m->slots[hole] = m->slots[j];
             hole = j;
@@ -371,7 +440,7 @@ static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr,
 static inline tmap_t *find_locked(tmap_t *me, const void *ptr, unsigned h, int *md_p, size_t *i_p)
 {
     if (RKOMP_LIKELY(me != NULL) && __atomic_load_n(&me->count, __ATOMIC_RELAXED)) {
-        int md = map_lock(me);
+        int md = own_lock(me);
         size_t i;
         if (RKOMP_LIKELY(me->count && me->slots[i = probe(me, ptr, h)].ptr)) {
             *md_p = md;
@@ -401,9 +470,10 @@ static void hz_wait(const rankmem_resource_t *mr, const tmap_t *me)
     }
 }
 
-/* Drop one of the layer's references on mr. A free still inside
- * rankmem_deallocate of mr, or moving a block of mr from a map to its
- * pending list, holds a hazard naming mr: wait for those; then give back
+/* Drop one of the layer's references on mr. A thread moving a block of mr
+ * from another thread's map to its own pending list, or giving back a
+ * batch of pending blocks, holds a hazard naming mr (or any): wait for
+ * those; then give back
  * mr's pending blocks; then wait again for batches that took some of them
  * off a list before the flush looked (their hazard was set under that
  * list's lock). Never called with a lock held. */
@@ -456,20 +526,26 @@ static rankmem_resource_t *ent_retire_locked(int e)
     entry_t *en = &ents[e];
     if (__atomic_load_n(&en->state, __ATOMIC_RELAXED) != ENT_ACTIVE)
         return NULL;
-    __atomic_store_n(&en->remaining, REMAINING_BIAS, __ATOMIC_RELAXED);
     __atomic_store_n(&en->state, ENT_RETIRED, __ATOMIC_SEQ_CST);
     long sum = 0;
     tmap_t *head = lock_all();
+    /* Rare (a resource replaced, an allocator destroyed): a walk of every
+     * live block is the price of counting nothing per allocation. */
     for (tmap_t *m = head; m; m = m->next) {
-        uint64_t rel = m->n[e].rel;
-        __atomic_store_n(&m->n[e].rel, rel | HARVESTED, __ATOMIC_RELAXED);
-        sum += (long)(m->n[e].ins - rel);
+        if (!m->count)
+            continue;
+        for (size_t i = 0; i <= m->mask; i++) {
+            slot_t *sl = &m->slots[i];
+            if (sl->ptr && (sl->meta & (M_ENT | M_HARVESTED)) == (uint64_t)(e + 2)) {
+                sl->meta |= M_HARVESTED;
+                sum++;
+            }
+        }
     }
+    /* Before the maps are unlocked: no marked block can be freed until then. */
+    __atomic_store_n(&en->remaining, sum, __ATOMIC_RELEASE);
     unlock_all(head);
-    long sub = REMAINING_BIAS - sum;
-    if (__atomic_sub_fetch(&en->remaining, sub, __ATOMIC_ACQ_REL) == 0)
-        return ent_free_locked(e);
-    return NULL;
+    return sum ? NULL : ent_free_locked(e);
 }
 
 /* Entries that allocators' chains leave to devices' current resources:
@@ -492,19 +568,11 @@ static int ent_create_locked(rankmem_resource_t *mr, int device)
     if (e < 0 || rankmem_resource_retain(mr) != RANKMEM_SUCCESS)
         return -1;
     entry_t *en = &ents[e];
-    /* Odd: an allocation that picked this entry in its previous life sees
-     * the change at insert and takes a reference of its own. */
-    __atomic_add_fetch(&en->gen, 1, __ATOMIC_ACQ_REL);
-    /* No lock needed: a FREE entry's stripes are written by nobody (its
-     * last block's release is behind it, and inserts check the generation). */
-    for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next) {
-        __atomic_store_n(&m->n[e].ins, 0, __ATOMIC_RELAXED);
-        __atomic_store_n(&m->n[e].rel, 0, __ATOMIC_RELAXED);
-    }
+    /* An allocation that picked this entry in its previous life compares
+     * its resource with mr at insert, under its map's lock. */
     __atomic_store_n(&en->mr, mr, __ATOMIC_RELAXED);
     __atomic_store_n(&en->device, device, __ATOMIC_RELAXED);
     __atomic_store_n(&en->state, ENT_ACTIVE, __ATOMIC_SEQ_CST);
-    __atomic_add_fetch(&en->gen, 1, __ATOMIC_RELEASE);
     return e;
 }
 
@@ -527,7 +595,7 @@ void rkomp_ent_retire(int e)
         drop_ref(drop);
 }
 
-int rkomp_device_ent_slow(int device, rankmem_resource_t *mr, unsigned *gen_p)
+int rkomp_device_ent_slow(int device, rankmem_resource_t *mr)
 {
     if (device < 0 || device >= RKOMP_MAX_DEVICES)
         return RKOMP_ENT_OWN;
@@ -537,13 +605,11 @@ int rkomp_device_ent_slow(int device, rankmem_resource_t *mr, unsigned *gen_p)
     int e;
     pthread_mutex_lock(&ent_lock);
     e = __atomic_load_n(&dev_ent[device], __ATOMIC_RELAXED) - 1;
-    if (!rkomp_ent_pin(e, mr, gen_p)) {
+    if (!rkomp_ent_pin(e, mr)) {
         if (e >= 0)
             drop = ent_retire_locked(e);
         e = ent_create_locked(mr, device);
         __atomic_store_n(&dev_ent[device], e + 1, __ATOMIC_RELEASE);
-        if (e >= 0)
-            *gen_p = __atomic_load_n(&ents[e].gen, __ATOMIC_RELAXED);
     }
     pthread_mutex_unlock(&ent_lock);
     if (drop)
@@ -579,19 +645,6 @@ void rkomp_device_ent_check(int e)
 }
 
 /* ---- after a give-back ---- */
-
-/* Under m's lock: count the release of a block of entry e. 1 when the
- * entry was harvested meanwhile (the harvest counted the block as live:
- * the caller lowers `remaining` instead, with rel_harvested, after
- * unlocking). */
-static inline int count_release_locked(tmap_t *m, int e)
-{
-    uint64_t rel = __atomic_load_n(&m->n[e].rel, __ATOMIC_RELAXED);
-    if (RKOMP_UNLIKELY(rel & HARVESTED))
-        return 1;
-    __atomic_store_n(&m->n[e].rel, rel + 1, __ATOMIC_RELAXED);
-    return 0;
-}
 
 static void rel_harvested(int e)
 {
@@ -644,12 +697,12 @@ static inline int get_defer_mode(void)
 int rkomp_defer_on(void) { return get_defer_mode() != 0; }
 
 /* The device whose sync b must wait for, or -1: give it back now. */
-static inline int defer_dev(int mode, const rkomp_block_t *b)
+static inline int defer_dev(int mode, const rankmem_resource_t *mr)
 {
     if (mode == 2)
         return 0;
-    int d = b->mr->device;
-    return (b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && d >= 0 && d < RKOMP_MAX_DEVICES
+    int d = mr->device;
+    return (mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && d >= 0 && d < RKOMP_MAX_DEVICES
                ? d
                : -1;
 }
@@ -715,8 +768,7 @@ static int advance_all(uint64_t mask, const uint64_t *maxtag, int wait)
 /* The block a pending record gives back: what rankmem handed out. */
 static inline void pend_block(const pend_t *p, rkomp_block_t *b)
 {
-    *b = (rkomp_block_t){p->ptr, p->mr, p->bytes, (size_t)1 << p->align_log2, 0, NULL, 0, p->ent,
-                         0};
+    *b = (rkomp_block_t){p->ptr, p->mr, p->bytes, (size_t)1 << p->align_log2, 0, NULL, 0, p->ent};
 }
 
 static inline void pend_count(tmap_t *m)
@@ -896,8 +948,8 @@ static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
  * counted, as `after` says), waits for a sync of device dev that begins
  * after now. 1 when the list went over its bounds (the caller then calls
  * pend_over, once unlocked). */
-static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const rkomp_block_t *b,
-                                                           int dev, int after)
+static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const slot_t *b, int dev,
+                                                           int after)
 {
     static int registered;
     /* The first pending block of all: exit gives back what is still
@@ -915,12 +967,12 @@ static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const rkom
     /* seq_cst: ordered with the syncer's increment (a sync counted after
      * this load begins after this free). */
     p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
-    rankmem_block_t r = rkomp_returned(b);
+    rankmem_block_t r = slot_returned(b);
     p->ptr = r.ptr;
     p->bytes = r.bytes;
     p->align_log2 = (unsigned char)__builtin_ctzll(r.alignment); /* >= 256 for ours */
     p->mr = b->mr;
-    p->ent = (signed char)b->ent;
+    p->ent = (signed char)slot_ent(b);
     p->dev = (unsigned char)dev;
     p->after = (unsigned char)after;
     m->pmask |= (uint64_t)1 << dev;
@@ -947,63 +999,76 @@ static void pend_thread_exit(tmap_t *m)
     }
 }
 
-int rkomp_map_free(const void *ptr, int *ent_p)
+/* s's give-back at its free (rkomp_give_back(b, 1)), its common case
+ * inline: one visible device (or none), no wait owed, no over-allocation. */
+static inline __attribute__((always_inline)) void slot_give_back(const slot_t *s)
+{
+    int ngpu = rkomp_gpu_count();
+    rkomp_block_t b;
+    if (RKOMP_LIKELY(ngpu <= 1 && !(s->meta >> M_BOFF_SHIFT)) &&
+        (!ngpu || !rkomp_free_sync() || !(s->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
+        rankmem_status_t st = rk_deallocate_checked(s->mr, s->ptr, s->bytes, slot_align(s), NULL);
+        if (RKOMP_LIKELY(st == RANKMEM_SUCCESS))
+            return;
+        slot_unpack(s, &b);
+        rkomp_give_back_failed(&b, st);
+        return;
+    }
+    slot_unpack(s, &b);
+    rkomp_give_back(&b, 1);
+}
+
+/* After the free of a block of entry ent: a device's current resource that
+ * was replaced goes once its last block does. Allocations notice a
+ * replacement at once; frees look every 16th time per thread (counted in
+ * its map), which spares most frees a registry lookup. */
+static inline void now_and_then_check(tmap_t *me, int ent)
+{
+    if (RKOMP_LIKELY(ent >= 0 && me) && RKOMP_UNLIKELY((++me->frees & 15u) == 0))
+        rkomp_device_ent_check(ent);
+}
+
+int rkomp_map_free(const void *ptr)
 {
     tmap_t *me = my_map;
     if (RKOMP_UNLIKELY(!me))
         me = map_register(); /* NULL: no memory; then no hazard and no list */
     int mode = get_defer_mode(), md, dev; /* the first call may start CUDA: not under a lock */
     size_t i;
-    unsigned h = hash_of(ptr);
-    tmap_t *m = find_locked(me, ptr, h, &md, &i);
+    tmap_t *m = find_locked(me, ptr, hash_of(ptr), &md, &i);
     if (!m)
         return 0;
-    rkomp_block_t b = m->slots[i];
+    slot_t s = m->slots[i];
     remove_at(m, i);
-    *ent_p = b.ent;
-    /* The release is counted now, under this lock. Without a map of our
-     * own (no hazard to publish) it is counted after the give-back, under
-     * the lock again. */
-    int after = AFTER_NONE, late = 0;
-    if (b.ent >= 0) {
-        if (RKOMP_UNLIKELY(!me))
-            late = 1;
-        else if (count_release_locked(m, b.ent))
-            after = AFTER_HARVESTED;
-    } else if (b.ent == RKOMP_ENT_OWN) {
-        after = AFTER_OWN_REF;
-    }
-    if (RKOMP_UNLIKELY(mode) && me && (dev = defer_dev(mode, &b)) >= 0) {
+    int ent = slot_ent(&s);
+    int after = RKOMP_UNLIKELY(s.meta & M_HARVESTED) ? AFTER_HARVESTED
+                : ent == RKOMP_ENT_OWN                ? AFTER_OWN_REF
+                                                      : AFTER_NONE;
+    if (RKOMP_UNLIKELY(mode) && me && (dev = defer_dev(mode, s.mr)) >= 0) {
         int over;
         if (RKOMP_LIKELY(m == me)) {
-            over = pend_push(me, &b, dev, after); /* out of the map and on the list at once */
+            over = pend_push(me, &s, dev, after); /* out of the map and on the list at once */
             map_unlock(me, md);
         } else {
             /* Another thread's block: the hazard keeps its resource until
              * the block is on this thread's list. */
-            __atomic_store_n(&me->hz, b.mr, __ATOMIC_RELEASE);
+            __atomic_store_n(&me->hz, s.mr, __ATOMIC_RELEASE);
             map_unlock(m, md);
-            md = map_lock(me);
-            over = pend_push(me, &b, dev, after);
+            md = own_lock(me);
+            over = pend_push(me, &s, dev, after);
             __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
             map_unlock(me, md);
         }
         if (RKOMP_UNLIKELY(over))
             pend_over(me);
+        now_and_then_check(me, ent);
         return 1;
     }
-    if (RKOMP_LIKELY(me != NULL))
-        __atomic_store_n(&me->hz, b.mr, __ATOMIC_RELEASE);
+    /* Under the lock: see "A block given back at its free". */
+    slot_give_back(&s);
     map_unlock(m, md);
-    rkomp_give_back_fast(&b);
-    if (RKOMP_LIKELY(me != NULL))
-        __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
-    if (RKOMP_UNLIKELY(late)) {
-        md = map_lock(m);
-        after = count_release_locked(m, b.ent) ? AFTER_HARVESTED : AFTER_NONE;
-        map_unlock(m, md);
-    }
-    settle_after(b.ent, b.mr, after);
+    settle_after(ent, s.mr, after);
+    now_and_then_check(me, ent);
     return 1;
 }
 
@@ -1037,30 +1102,27 @@ __attribute__((destructor)) static void flush_at_unload(void) { rkomp_map_flush(
 /* ---- the map ---- */
 
 /* Record b in m, the caller's own map (rkomp_map_insert's contract). */
-static inline __attribute__((always_inline)) int insert_in(tmap_t *m, rkomp_block_t *b,
-                                                           unsigned gen)
+static inline __attribute__((always_inline)) int insert_in(tmap_t *m, slot_t *s)
 {
-    unsigned h = hash_of(b->ptr);
     int own_ref = 0;
-    b->hash = h;
     /* Before the block is published (the program gets ptr after this call
      * returns, so whoever frees it sees the bits). Read first: the lines
      * are written once per region, not per block. */
     /* The filters' bits are never cleared: a block in the grain of this
      * map's previous insert finds them set (most do: a pool reuses what
      * was just freed). */
-    uintptr_t grain = (uintptr_t)b->ptr >> 21;
+    uintptr_t grain = (uintptr_t)s->ptr >> 21;
     int fresh = grain != rkomp_last_grain; /* m is the thread's own map */
     uint64_t bit = 0, gbit = 0;
     if (RKOMP_UNLIKELY(fresh)) {
-        uint64_t *gw = rkomp_grain_word(b->ptr, &gbit);
-        bit = region_bit(b->ptr);
+        uint64_t *gw = rkomp_grain_word(s->ptr, &gbit);
+        bit = region_bit(s->ptr);
         if (!(__atomic_load_n(&rkomp_filter.regions, __ATOMIC_RELAXED) & bit))
             __atomic_fetch_or(&rkomp_filter.regions, bit, __ATOMIC_RELEASE);
         if (!(__atomic_load_n(gw, __ATOMIC_RELAXED) & gbit))
             __atomic_fetch_or(gw, gbit, __ATOMIC_RELEASE);
     }
-    int md = map_lock(m);
+    int md = own_lock(m);
     if (RKOMP_UNLIKELY(fresh)) {
         uint64_t mr_bits = __atomic_load_n(&filt[m->idx].regions, __ATOMIC_RELAXED);
         uint64_t mg_bits = __atomic_load_n(&filt[m->idx].grains, __ATOMIC_RELAXED);
@@ -1071,42 +1133,47 @@ static inline __attribute__((always_inline)) int insert_in(tmap_t *m, rkomp_bloc
         rkomp_last_grain = grain;
     }
     /* Grow at half load: probes stay short. */
-    if (RKOMP_UNLIKELY((m->count + 1) * 2 > (m->mask ? m->mask + 1 : 0)) && grow(m) != 0) {
+    if (RKOMP_UNLIKELY(m->count >= m->limit) && grow(m) != 0) {
         map_unlock(m, md);
         return -1;
     }
-    if (b->ent >= 0) {
-        /* Counted in its entry unless that was retired or reused since the
-         * allocation picked it. seq_cst: see "A map made after a harvest". */
-        entry_t *en = &ents[b->ent];
-        if (RKOMP_LIKELY(__atomic_load_n(&en->state, __ATOMIC_SEQ_CST) == ENT_ACTIVE &&
-                         __atomic_load_n(&en->gen, __ATOMIC_ACQUIRE) == gen)) {
-            m->n[b->ent].ins++;
-        } else {
-            b->ent = RKOMP_ENT_OWN;
+    unsigned code = (unsigned)(s->meta & M_ENT);
+    if (code >= 2) {
+        /* Counted by its entry unless that was retired, or reused for
+         * another resource, since the allocation picked it. seq_cst: see
+         * "A map made after a harvest". */
+        entry_t *en = &ents[code - 2];
+        if (RKOMP_UNLIKELY(__atomic_load_n(&en->state, __ATOMIC_SEQ_CST) != ENT_ACTIVE ||
+                           __atomic_load_n(&en->mr, __ATOMIC_RELAXED) != s->mr)) {
+            s->meta &= ~(uint64_t)M_ENT; /* RKOMP_ENT_OWN */
             own_ref = 1;
         }
     }
-    size_t i = probe(m, b->ptr, h);
+    size_t i = probe(m, s->ptr, hash_of(s->ptr));
     if (!m->slots[i].ptr)
         __atomic_store_n(&m->count, m->count + 1, __ATOMIC_RELAXED);
-    m->slots[i] = *b;
+    m->slots[i] = *s;
     map_unlock(m, md);
     return own_ref;
 }
 
-int rkomp_map_insert(rkomp_block_t *b, unsigned gen)
+int rkomp_map_insert(rkomp_block_t *b)
 {
+    slot_t s;
     tmap_t *m = my_map;
     if (RKOMP_UNLIKELY(!m) && !(m = map_register()))
         return -1;
-    return insert_in(m, b, gen);
+    if (slot_pack(b, &s) != 0)
+        return -1;
+    int ins = insert_in(m, &s);
+    b->ent = slot_ent(&s);
+    return ins;
 }
 
 /* The predefined device allocator on its common path, in one function (the
  * general one, serve() and rkomp_alloc_ours, calls four levels deep and
- * checks what is known here): one visible device (or none), its current
- * resource's entry active, the thread's map made, no over-allocation
+ * checks what is known here): one visible device (or none), an entry made
+ * for it, the thread's map made, no over-allocation
  * (al is RANKMEM_DEFAULT_ALIGNMENT). Anything else takes the general path,
  * which gives the same result. */
 void *rkomp_dev_alloc(size_t size)
@@ -1114,21 +1181,23 @@ void *rkomp_dev_alloc(size_t size)
     rkomp_allocator_t *a = &rkomp_slots[0].a;
     tmap_t *m = my_map;
     rankmem_resource_t *mr;
-    unsigned gen;
     int e;
+    /* Device 0's entry is mr's (a hint: the insert checks again, under the
+     * map's lock, that it is still in service). */
     if (RKOMP_UNLIKELY(!m || rkomp_gpu_count() > 1) ||
         RKOMP_UNLIKELY(rankmem_get_device_resource(0, &mr) != RANKMEM_SUCCESS) ||
         RKOMP_UNLIKELY((e = __atomic_load_n(&dev_ent[0], __ATOMIC_ACQUIRE) - 1) < 0) ||
-        RKOMP_UNLIKELY(!rkomp_ent_pin(e, mr, &gen)))
+        RKOMP_UNLIKELY(__atomic_load_n(&ents[e].mr, __ATOMIC_RELAXED) != mr))
         return rkomp_alloc_ours(a, 1, size, 0, 0);
-    rkomp_block_t b = {NULL, mr, size, RANKMEM_DEFAULT_ALIGNMENT, RKOMP_DEVICE_HANDLE, NULL, 0,
-                       e, 0};
-    if (RKOMP_UNLIKELY(rk_allocate_checked(mr, size, RANKMEM_DEFAULT_ALIGNMENT, &b.ptr) !=
+    slot_t s = {NULL, size, mr, M_DEV(e)};
+    if (RKOMP_UNLIKELY(rk_allocate_checked(mr, size, RANKMEM_DEFAULT_ALIGNMENT, &s.ptr) !=
                        RANKMEM_SUCCESS))
         return rkomp_alloc_failed(a, 1, size, 0, 0);
-    int ins = insert_in(m, &b, gen);
+    int ins = insert_in(m, &s);
     if (RKOMP_LIKELY(ins == 0))
-        return b.ptr;
+        return s.ptr;
+    rkomp_block_t b;
+    slot_unpack(&s, &b);
     void *p = rkomp_serve_tail(&b, ins);
     return p ? p : rkomp_alloc_failed(a, 1, size, 0, 0);
 }
@@ -1142,7 +1211,7 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
     tmap_t *m = find_locked(my_map, ptr, hash_of(ptr), &md, &i);
     if (!m)
         return 0;
-    *b_p = m->slots[i];
+    slot_unpack(&m->slots[i], b_p);
     if (remove)
         remove_at(m, i);
     map_unlock(m, md);

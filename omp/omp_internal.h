@@ -259,35 +259,36 @@ RKOMP_HIDDEN int rkomp_test_defer(void);
 #define RKOMP_ENT_NONE (-1)  /* the block's resource lives as long as the process: nothing held */
 #define RKOMP_ENT_OWN (-2)   /* the block holds a reference of its own */
 
+/* A block of ours, as the map's callers see it (the map keeps it packed in
+ * 32 bytes: blockmap.c). */
 typedef struct rkomp_block {
     void *ptr;                /* NULL = empty slot */
     rankmem_resource_t *mr;   /* kept alive for the block's life (see ent) */
     size_t bytes;
-    size_t alignment;         /* what rankmem_allocate got (at least RANKMEM_DEFAULT_ALIGNMENT) */
-    rkomp_handle_t allocator; /* the handle it was allocated through */
+    size_t alignment;         /* what rankmem_allocate got (a power of two, at least RANKMEM_DEFAULT_ALIGNMENT) */
+    rkomp_handle_t allocator; /* the handle it was allocated through (one of our allocators) */
     void *base;               /* over-allocated for its alignment: what rankmem gave, else NULL */
     size_t base_bytes;        /* and its size (its alignment is RANKMEM_DEFAULT_ALIGNMENT) */
     int ent;                  /* resource entry counting it, or RKOMP_ENT_NONE / _OWN */
-    unsigned hash;            /* the map's hash of ptr (top bits: home slot), set by the map */
 } rkomp_block_t;
 
-/* Record b. An entry-counted block (b->ent >= 0, gen from rkomp_ent_pin or
- * rkomp_device_ent) is counted in its entry, unless that entry was retired
- * or reused meanwhile: then b->ent becomes RKOMP_ENT_OWN and 1 is returned
- * (the caller must take the block's own reference). 0: recorded; -1: no
- * memory for the map. */
-RKOMP_HIDDEN int rkomp_map_insert(rkomp_block_t *b, unsigned gen);
+/* Record b. An entry-counted block (b->ent >= 0, from rkomp_ent_pin or
+ * rkomp_device_ent) is counted in its entry when the entry is still ACTIVE
+ * for b->mr (checked under the map's lock); otherwise b->ent becomes
+ * RKOMP_ENT_OWN and 1 is returned (the caller must take the block's own
+ * reference). 0: recorded; -1: not (no memory for the map, or an offset
+ * from an over-allocated base too large to record). */
+RKOMP_HIDDEN int rkomp_map_insert(rkomp_block_t *b);
 /* 1 and *b_p filled when ptr is ours; else 0. */
 RKOMP_HIDDEN int rkomp_map_get(const void *ptr, rkomp_block_t *b_p);
 RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
 /* omp_free of ptr (not NULL, past rkomp_map_maybe or rkomp_own_grain): 0
- * when it is not ours. Else its block is out of the map
- * and either given back now (rkomp_give_back, then no longer counted for
- * its resource) or, for device-accessible memory with deferral on, put on
- * the freeing thread's pending list, to be given back after a device sync that began
- * after this call (docs/openmp.md, "Deferred release"); *ent_p is the
- * block's entry (for rkomp_device_ent_check). */
-RKOMP_HIDDEN int rkomp_map_free(const void *ptr, int *ent_p);
+ * when it is not ours. Else its block is out of the map and either given
+ * back now (rkomp_give_back) or, for device-accessible memory with
+ * deferral on, put on the freeing thread's pending list, to be given back
+ * after a device sync that began after this call (docs/openmp.md,
+ * "Deferred release"). */
+RKOMP_HIDDEN int rkomp_map_free(const void *ptr);
 /* Give back every pending block (of resource mr only, unless NULL) after
  * one sync of each device concerned. Returns how many went back; *err_p
  * (may be NULL) is set to 1 when a device sync failed (they went back
@@ -343,43 +344,37 @@ RKOMP_HIDDEN void rkomp_ent_retire(int ent);
 enum { RKOMP_ENT_FREE = 0, RKOMP_ENT_ACTIVE = 1, RKOMP_ENT_RETIRED = 2 };
 
 typedef struct rkomp_entry {
-    unsigned gen;            /* atomic; odd while being (re)initialised */
     unsigned state;          /* atomic: RKOMP_ENT_* */
     rankmem_resource_t *mr;  /* atomic; the layer's reference while not FREE */
     int device;              /* atomic; the device whose current resource it is, or -1 */
-    long remaining;          /* atomic; after the harvest: blocks still live (+ bias) */
+    long remaining;          /* atomic; after the harvest: its blocks still live */
 } __attribute__((aligned(64))) rkomp_entry_t;
 
 RKOMP_HIDDEN extern rkomp_entry_t rkomp_ents[RKOMP_NENT];
 RKOMP_HIDDEN extern int rkomp_dev_ent[RKOMP_MAX_DEVICES]; /* atomic; entry + 1, 0 = none */
 
-/* Whether entry ent is ACTIVE for mr; *gen_p for rkomp_map_insert. */
-static inline int rkomp_ent_pin(int e, const rankmem_resource_t *mr, unsigned *gen_p)
+/* Whether entry e is ACTIVE for mr: a hint, which rkomp_map_insert checks
+ * again under the map's lock. */
+static inline int rkomp_ent_pin(int e, const rankmem_resource_t *mr)
 {
     if (e < 0)
         return 0;
-    rkomp_entry_t *en = &rkomp_ents[e];
-    unsigned g = __atomic_load_n(&en->gen, __ATOMIC_ACQUIRE);
-    /* Acquire loads: the second read of gen stays after them (a seqlock). */
-    int ok = !(g & 1u) && __atomic_load_n(&en->mr, __ATOMIC_ACQUIRE) == mr &&
-             __atomic_load_n(&en->state, __ATOMIC_ACQUIRE) == RKOMP_ENT_ACTIVE;
-    if (!ok || __atomic_load_n(&en->gen, __ATOMIC_RELAXED) != g)
-        return 0;
-    *gen_p = g;
-    return 1;
+    const rkomp_entry_t *en = &rkomp_ents[e];
+    return __atomic_load_n(&en->state, __ATOMIC_ACQUIRE) == RKOMP_ENT_ACTIVE &&
+           __atomic_load_n(&en->mr, __ATOMIC_RELAXED) == mr;
 }
 
 /* The entry of device's current resource mr (made, and the previous one
  * retired, when mr changed), or RKOMP_ENT_OWN. */
-RKOMP_HIDDEN int rkomp_device_ent_slow(int device, rankmem_resource_t *mr, unsigned *gen_p);
-static inline int rkomp_device_ent(int device, rankmem_resource_t *mr, unsigned *gen_p)
+RKOMP_HIDDEN int rkomp_device_ent_slow(int device, rankmem_resource_t *mr);
+static inline int rkomp_device_ent(int device, rankmem_resource_t *mr)
 {
     if (RKOMP_LIKELY(device >= 0 && device < RKOMP_MAX_DEVICES)) {
         int e = __atomic_load_n(&rkomp_dev_ent[device], __ATOMIC_ACQUIRE) - 1;
-        if (RKOMP_LIKELY(rkomp_ent_pin(e, mr, gen_p)))
+        if (RKOMP_LIKELY(rkomp_ent_pin(e, mr)))
             return e;
     }
-    return rkomp_device_ent_slow(device, mr, gen_p);
+    return rkomp_device_ent_slow(device, mr);
 }
 /* Retire entry ent when it is a device's entry and that device's current
  * resource is no longer ent's. Safe at any time (rechecked under the entry
@@ -405,20 +400,6 @@ static inline rankmem_block_t rkomp_returned(const rkomp_block_t *b)
 /* Reports that failed of n blocks could not go back to mr (st) on stderr. */
 RKOMP_HIDDEN void rkomp_give_back_many_failed(const rankmem_resource_t *mr, size_t n,
                                               size_t failed, rankmem_status_t st);
-/* rkomp_give_back(b, 1) with its common case inline: one visible device
- * (or none), no wait owed, no over-allocation. */
-static inline void rkomp_give_back_fast(const rkomp_block_t *b)
-{
-    int ngpu = rkomp_gpu_count();
-    if (RKOMP_LIKELY(ngpu <= 1 && !b->base) &&
-        (!ngpu || !rkomp_free_sync() || !(b->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
-        rankmem_status_t st = rk_deallocate_checked(b->mr, b->ptr, b->bytes, b->alignment, NULL);
-        if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
-            rkomp_give_back_failed(b, st);
-        return;
-    }
-    rkomp_give_back(b, 1);
-}
 /* cudaDeviceSynchronize on device dev (made current for it): 0, or -1 when
  * it failed. Without a GPU (the test switch) a no-op. */
 RKOMP_HIDDEN int rkomp_sync_device(int dev);

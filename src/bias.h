@@ -95,6 +95,21 @@ static inline int rk_block_lock(rk_block_t *l)
     return 0;
 }
 
+/* rk_block_lock for a caller that is the owner whenever the lock is biased
+ * (it claimed the lock with rk_block_rebind(l, 1) and has not let go): no
+ * owner comparison. */
+static inline int rk_block_lock_mine(rk_block_t *l)
+{
+    if (RK_LIKELY(__atomic_load_n(&l->biased, __ATOMIC_RELAXED))) {
+        __atomic_store_n(&l->inside, 1, __ATOMIC_RELAXED);
+        __atomic_signal_fence(__ATOMIC_SEQ_CST);
+        if (RK_LIKELY(__atomic_load_n(&l->biased, __ATOMIC_RELAXED)))
+            return 1;
+        __atomic_store_n(&l->inside, 0, __ATOMIC_RELEASE);
+    }
+    return rk_block_lock(l);
+}
+
 static inline void rk_block_unlock(rk_block_t *l, int mode)
 {
     if (mode) {

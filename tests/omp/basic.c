@@ -258,6 +258,26 @@ static void resource_references(void)
     ok(st->refcount == r0 - 1, "then the layer's reference goes (%lu)", st->refcount);
     omp_free(z, rankmem_omp_device_mem_alloc);
 
+    /* Blocks in several threads' maps, freed by one thread: the retirement
+     * finds every one of them. */
+    rankmem_set_current_resource(st);
+    void *tb[12];
+#pragma omp parallel for num_threads(4) schedule(static, 3)
+    for (int i = 0; i < 12; i++)
+        tb[i] = omp_alloc(200 + (size_t)i, rankmem_omp_device_mem_alloc);
+    rankmem_set_current_resource(cur);
+    unsigned long r1 = st->refcount; /* the registry's is gone, the layer's not */
+    z = omp_alloc(100, rankmem_omp_device_mem_alloc); /* notices the swap */
+    for (int i = 0; i < 11; i++)
+        omp_free(tb[i], rankmem_omp_device_mem_alloc);
+    rankmem_omp_flush();
+    ok(st->refcount == r1, "12 blocks of 4 threads hold it, 11 freed by another (%lu, %lu)",
+       st->refcount, r1);
+    omp_free(tb[11], rankmem_omp_device_mem_alloc);
+    rankmem_omp_flush();
+    ok(st->refcount == r1 - 1, "the 12th frees it (%lu)", st->refcount);
+    omp_free(z, rankmem_omp_device_mem_alloc);
+
     /* More allocators with chains than the layer counts by entry: blocks of
      * the rest hold references of their own; all outlive their allocators. */
     enum { NA = 40 };
