@@ -187,19 +187,20 @@ static inline rankmem_block_t slot_returned(const slot_t *s)
     return (rankmem_block_t){s->ptr, s->bytes, al};
 }
 
-/* Only what the give-back needs, 40 bytes (a block record was 64): under 16
- * threads two hardware threads share a core's L1, and a list of 384 full
- * records, copied out again to be given back, no longer fitted in it. */
-typedef struct pend {
-    void *ptr;              /* what goes back: the block, or the base it was cut from */
+/* A pending block is what goes back (pblk: the block, or the base it was
+ * cut from) and what for (pinf), kept side by side so that a run of one
+ * resource's blocks goes back in one call straight from the list: 40
+ * bytes a block, and no copy. */
+typedef struct pinfo {
     rankmem_resource_t *mr;
-    size_t bytes;           /* and its size */
-    uint64_t tag;           /* its device's `started` at the free */
-    signed char ent;        /* the block's entry (rkomp_block_t.ent) */
-    unsigned char dev;
-    unsigned char after;    /* AFTER_*: what its give-back still owes the block's entry */
-    unsigned char align_log2; /* the alignment it goes back with */
-} pend_t;
+    uint64_t x; /* tag << PX_TAG | device << 8 | (entry + 2) << 2 | after */
+} pinfo_t;
+#define PX_TAG 14 /* a tag (its device's `started` at the free) has 50 bits */
+_Static_assert(RKOMP_MAX_DEVICES <= 64 && RKOMP_NENT + 2 <= 64, "a pending record's x");
+static inline uint64_t px_tag(uint64_t x) { return x >> PX_TAG; }
+static inline int px_dev(uint64_t x) { return (int)(x >> 8) & 63; }
+static inline int px_ent(uint64_t x) { return (int)((x >> 2) & 63u) - 2; }
+static inline int px_after(uint64_t x) { return (int)(x & 3u); }
 /* What a block's give-back still owes: nothing, its entry's `remaining`
  * (the entry was harvested with the block live), or the block's own
  * reference. */
@@ -214,21 +215,18 @@ typedef struct tmap {
     unsigned frees;  /* the owner's frees (now_and_then_check), not under the lock */
     slot_t *slots;
     unsigned idx;               /* its filter: filt[idx] */
-    rankmem_resource_t *hz;     /* atomic: what a give-back of this thread is inside, or NULL */
+    rankmem_resource_t *hz;     /* atomic: the resource of a block this thread moves, or NULL */
     unsigned used;              /* atomic: claimed by a live thread */
     struct tmap *next;          /* fixed once published */
-    /* The thread's pending blocks, oldest first: pend[pfirst .. plast). */
+    /* The thread's pending blocks, oldest first: [pfirst .. plast). */
     unsigned pfirst, plast;
     unsigned npend; /* plast - pfirst, stored atomically (read without the lock) */
     uint64_t pmask; /* devices with blocks pushed since the list was last empty */
     uint64_t ptag[RKOMP_MAX_DEVICES]; /* and each one's newest tag (tags only grow) */
     size_t pbytes;
-    pend_t pend[PEND_CAP];
+    rankmem_block_t pblk[PEND_CAP];
+    pinfo_t pinf[PEND_CAP];
 } __attribute__((aligned(64))) tmap_t;
-
-/* The hazard of a thread giving back a batch of pending blocks. */
-static char hz_any_obj;
-#define HZ_ANY ((rankmem_resource_t *)(void *)&hz_any_obj)
 
 static tmap_t *maps; /* atomic; a list that only grows (maps are reused, never freed) */
 
@@ -454,35 +452,27 @@ static inline tmap_t *find_locked(tmap_t *me, const void *ptr, unsigned h, int *
 
 /* ---- hazards ---- */
 
-/* Wait until no thread but the caller is giving a block back to mr (or a
- * batch that may hold one). */
+/* Wait until no thread but the caller is moving a block of mr from another
+ * thread's map to its own pending list. */
 static void hz_wait(const rankmem_resource_t *mr, const tmap_t *me)
 {
     for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next) {
         if (m == me)
             continue;
-        for (unsigned n = 0;; n++) {
-            rankmem_resource_t *h = __atomic_load_n(&m->hz, __ATOMIC_ACQUIRE);
-            if (h != mr && h != HZ_ANY)
-                break;
+        for (unsigned n = 0; __atomic_load_n(&m->hz, __ATOMIC_ACQUIRE) == mr; n++)
             backoff(n);
-        }
     }
 }
 
-/* Drop one of the layer's references on mr. A thread moving a block of mr
- * from another thread's map to its own pending list, or giving back a
- * batch of pending blocks, holds a hazard naming mr (or any): wait for
- * those; then give back
- * mr's pending blocks; then wait again for batches that took some of them
- * off a list before the flush looked (their hazard was set under that
- * list's lock). Never called with a lock held. */
+/* Drop one of the layer's references on mr: every block of mr that was
+ * counted by its entry (or, when nothing was, that left its map before the
+ * harvest) is back, on a pending list, or on its way to one under a
+ * hazard naming mr. Wait for those, give back mr's pending blocks, then
+ * release. Never called with a lock held. */
 static void drop_ref(rankmem_resource_t *mr)
 {
-    tmap_t *me = my_map;
-    hz_wait(mr, me);
+    hz_wait(mr, my_map);
     rkomp_map_flush(mr, NULL);
-    hz_wait(mr, me);
     rankmem_resource_release(mr);
 }
 
@@ -707,9 +697,12 @@ static inline int defer_dev(int mode, const rankmem_resource_t *mr)
                : -1;
 }
 
-static inline int ready(const pend_t *p)
+/* Whether m's pending record i may go back: a sync of its device that
+ * began after its free is over. */
+static inline int ready(const tmap_t *m, unsigned i)
 {
-    return __atomic_load_n(&epochs[p->dev].done, __ATOMIC_ACQUIRE) > p->tag;
+    uint64_t x = m->pinf[i].x;
+    return __atomic_load_n(&epochs[px_dev(x)].done, __ATOMIC_ACQUIRE) > px_tag(x);
 }
 
 /* Make done > tag on device dev. Returns 0 once it is; 1 when another
@@ -765,10 +758,12 @@ static int advance_all(uint64_t mask, const uint64_t *maxtag, int wait)
     return rc;
 }
 
-/* The block a pending record gives back: what rankmem handed out. */
-static inline void pend_block(const pend_t *p, rkomp_block_t *b)
+/* The block pending record i gives back: what rankmem handed out. */
+static inline void pend_block(const tmap_t *m, unsigned i, rkomp_block_t *b)
 {
-    *b = (rkomp_block_t){p->ptr, p->mr, p->bytes, (size_t)1 << p->align_log2, 0, NULL, 0, p->ent};
+    const rankmem_block_t *r = &m->pblk[i];
+    *b = (rkomp_block_t){r->ptr,   m->pinf[i].mr, r->bytes, r->alignment, 0, NULL, 0,
+                         px_ent(m->pinf[i].x)};
 }
 
 static inline void pend_count(tmap_t *m)
@@ -780,33 +775,106 @@ static inline void pend_count(tmap_t *m)
     __atomic_store_n(&m->npend, m->plast - m->pfirst, __ATOMIC_RELAXED);
 }
 
-/* Under m's lock: move up to max releasable pending blocks (of mr only,
- * unless NULL) to out, from the head of the list only when head_only (the
- * free's path: O(1) when nothing is), else from anywhere in it. */
-static size_t take_ready(tmap_t *m, pend_t *out, size_t max, const rankmem_resource_t *mr,
-                         int head_only)
+/* What blocks given back under a list's lock still owe, settled once it is
+ * unlocked (a settlement may drop a resource, which flushes the lists). */
+#define OWED_MAX 32u
+typedef struct owed {
+    unsigned n;
+    struct {
+        rankmem_resource_t *mr;
+        int ent, after;
+    } b[OWED_MAX];
+} owed_t;
+
+static void settle_owed(const owed_t *ow)
 {
-    size_t n = 0;
-    if (head_only) {
-        while (m->pfirst < m->plast && n < max && ready(&m->pend[m->pfirst])) {
-            out[n] = m->pend[m->pfirst++];
-            m->pbytes -= out[n++].bytes;
-        }
-    } else {
-        unsigned keep = m->pfirst;
-        for (unsigned i = m->pfirst; i < m->plast; i++) {
-            pend_t *p = &m->pend[i];
-            if (n < max && (!mr || p->mr == mr) && ready(p)) {
-                out[n] = *p;
-                m->pbytes -= out[n++].bytes;
-                continue;
-            }
-            if (keep != i)
-                m->pend[keep] = *p; /* oldest first: tags stay in order */
-            keep++;
-        }
-        m->plast = keep;
+    for (unsigned k = 0; k < ow->n; k++)
+        settle_after(ow->b[k].ent, ow->b[k].mr, ow->b[k].after);
+}
+
+/* Under m's lock: record i leaves the list (its block is back). */
+static inline void pend_gone(tmap_t *m, unsigned i, owed_t *ow)
+{
+    uint64_t x = m->pinf[i].x;
+    m->pbytes -= m->pblk[i].bytes;
+    if (RKOMP_UNLIKELY(px_after(x)))
+        ow->b[ow->n++] = (__typeof__(ow->b[0])){m->pinf[i].mr, px_ent(x), px_after(x)};
+}
+
+/* n blocks of mr back in one call (a pool takes its lock once for them). */
+static void give_back_run(rankmem_resource_t *mr, const rankmem_block_t *blk, size_t n)
+{
+    rankmem_status_t st[RK_BATCH];
+    for (size_t k = 0; k < n; k += RK_BATCH) {
+        size_t c = n - k < RK_BATCH ? n - k : RK_BATCH;
+        if (RKOMP_LIKELY(rk_deallocate_many(mr, blk + k, c, NULL, st) == RANKMEM_SUCCESS))
+            continue;
+        size_t failed = 0;
+        rankmem_status_t first = RANKMEM_SUCCESS;
+        for (size_t i = 0; i < c; i++)
+            if (st[i] != RANKMEM_SUCCESS && !failed++)
+                first = st[i];
+        rkomp_give_back_many_failed(mr, c, failed, first);
     }
+}
+
+/* Under m's lock: how many records at the head of the list may go back,
+ * at most max, and no more than ow has room for of those that owe. */
+static unsigned ready_head(const tmap_t *m, unsigned max, const owed_t *ow)
+{
+    unsigned n = 0, room = OWED_MAX - ow->n;
+    for (unsigned i = m->pfirst; i < m->plast && n < max && ready(m, i); i++, n++)
+        if (px_after(m->pinf[i].x) && !room--)
+            break;
+    return n;
+}
+
+/* Under m's lock: the n records at the head of the list go back, runs of
+ * one resource's blocks in one call each, straight from the list. */
+static void give_back_head(tmap_t *m, unsigned n, owed_t *ow)
+{
+    unsigned i = m->pfirst, end = i + n;
+    while (i < end) {
+        rankmem_resource_t *mr = m->pinf[i].mr;
+        unsigned j = i + 1;
+        if (RKOMP_UNLIKELY(rkomp_gpu_count() > 1)) {
+            rkomp_block_t b;
+            pend_block(m, i, &b);
+            rkomp_give_back(&b, 0); /* made current: its device */
+        } else {
+            while (j < end && m->pinf[j].mr == mr)
+                j++;
+            give_back_run(mr, &m->pblk[i], j - i);
+        }
+        for (; i < j; i++)
+            pend_gone(m, i, ow);
+    }
+    m->pfirst = end;
+    pend_count(m);
+}
+
+/* Under m's lock: give back its releasable records of mr, wherever they
+ * are in the list (drop_ref's flush: rare), compacting what stays. */
+static unsigned give_back_of(tmap_t *m, const rankmem_resource_t *mr, owed_t *ow)
+{
+    unsigned keep = m->pfirst, n = 0;
+    for (unsigned i = m->pfirst; i < m->plast; i++) {
+        if (m->pinf[i].mr == mr && ready(m, i) &&
+            (!px_after(m->pinf[i].x) || ow->n < OWED_MAX)) {
+            rkomp_block_t b;
+            pend_block(m, i, &b);
+            rkomp_give_back(&b, 0);
+            pend_gone(m, i, ow);
+            n++;
+            continue;
+        }
+        if (keep != i) { /* oldest first: tags stay in order */
+            m->pblk[keep] = m->pblk[i];
+            m->pinf[keep] = m->pinf[i];
+        }
+        keep++;
+    }
+    m->plast = keep;
     pend_count(m);
     return n;
 }
@@ -828,12 +896,11 @@ static void pend_devices(const tmap_t *m, const rankmem_resource_t *mr, uint64_t
         return;
     }
     for (unsigned i = m->pfirst; i < m->plast; i++) {
-        const pend_t *p = &m->pend[i];
-        if (mr && p->mr != mr)
+        if (m->pinf[i].mr != mr)
             continue;
-        uint64_t bit = (uint64_t)1 << p->dev;
-        if (!(*mask_p & bit) || maxtag[p->dev] < p->tag)
-            maxtag[p->dev] = p->tag;
+        uint64_t x = m->pinf[i].x, bit = (uint64_t)1 << px_dev(x);
+        if (!(*mask_p & bit) || maxtag[px_dev(x)] < px_tag(x))
+            maxtag[px_dev(x)] = px_tag(x);
         *mask_p |= bit;
     }
 }
@@ -849,67 +916,28 @@ static void pend_collect(tmap_t *m, const rankmem_resource_t *mr, uint64_t *mask
     map_unlock(m, md);
 }
 
-/* Blocks taken off a pending list go back, then what each still owes; the
- * caller's hazard (HZ_ANY, set under the list's lock) is cleared between,
- * so that a resource whose last reference a settlement drops is no longer
- * waited for by its own thread, and every block of the batch is back. */
-static void give_back_batch(tmap_t *me, pend_t *out, size_t n)
-{
-    rankmem_block_t run[PEND_TAKE];
-    for (size_t k = 0, j; k < n; k = j) {
-        const rankmem_resource_t *mr = out[k].mr;
-        if (RKOMP_UNLIKELY(rkomp_gpu_count() > 1)) {
-            rkomp_block_t b;
-            pend_block(&out[k], &b);
-            rkomp_give_back(&b, 0); /* made current: its device */
-            j = k + 1;
-            continue;
-        }
-        /* A run of one resource's blocks: one call, and for a pool one
-         * lock, for all of them. */
-        size_t r = 0, failed;
-        for (j = k; j < n && out[j].mr == mr; j++)
-            run[r++] = (rankmem_block_t){out[j].ptr, out[j].bytes, (size_t)1 << out[j].align_log2};
-        rankmem_status_t st = rankmem_deallocate_many(out[k].mr, run, r, &failed);
-        if (RKOMP_UNLIKELY(st != RANKMEM_SUCCESS))
-            rkomp_give_back_many_failed(out[k].mr, r, failed, st);
-    }
-    if (me)
-        __atomic_store_n(&me->hz, NULL, __ATOMIC_RELEASE);
-    for (size_t k = 0; k < n; k++)
-        settle_after(out[k].ent, out[k].mr, out[k].after);
-}
-
 /* Give back m's releasable pending blocks (of mr only, unless NULL), from
- * the calling thread (me: its map, or NULL). */
-static size_t drain(tmap_t *m, const rankmem_resource_t *mr, tmap_t *me)
+ * any thread, under m's lock: a drop_ref's flush that takes the lock next
+ * finds them back. */
+static size_t drain(tmap_t *m, const rankmem_resource_t *mr)
 {
-    pend_t out[PEND_TAKE];
-    size_t total = 0, n;
+    size_t total = 0;
+    owed_t ow;
     do {
+        ow.n = 0;
         int md = map_lock(m);
-        /* Everything (mr NULL) follows a sync of every device pending:
-         * from the head, without compacting what stays. */
-        n = take_ready(m, out, PEND_TAKE, mr, mr == NULL);
-        if (n && me)
-            __atomic_store_n(&me->hz, HZ_ANY, __ATOMIC_RELEASE);
-        if (n && !me) {
-            /* No hazard to publish: give back under the list's lock (a
-             * thread without a map, at exit or out of memory). */
-            for (size_t k = 0; k < n; k++) {
-                rkomp_block_t b;
-                pend_block(&out[k], &b);
-                rkomp_give_back(&b, 0);
-            }
-            map_unlock(m, md);
-            for (size_t k = 0; k < n; k++)
-                settle_after(out[k].ent, out[k].mr, out[k].after);
+        if (mr) {
+            total += give_back_of(m, mr, &ow);
         } else {
-            map_unlock(m, md);
-            give_back_batch(me, out, n);
+            /* Everything follows a sync of every device pending: from the
+             * head, without compacting what stays. */
+            unsigned n = ready_head(m, PEND_CAP, &ow);
+            give_back_head(m, n, &ow);
+            total += n;
         }
-        total += n;
-    } while (n == PEND_TAKE);
+        map_unlock(m, md);
+        settle_owed(&ow);
+    } while (ow.n == OWED_MAX); /* stopped for room: more may be ready */
     return total;
 }
 
@@ -920,34 +948,33 @@ static size_t drain(tmap_t *m, const rankmem_resource_t *mr, tmap_t *me)
  * to the hard bound, then wait for it). */
 static __attribute__((noinline)) void pend_over(tmap_t *m)
 {
-    pend_t out[PEND_TAKE];
+    owed_t ow = {0};
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
     size_t share = __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED);
-    int md = map_lock(m);
-    size_t n = take_ready(m, out, PEND_TAKE, NULL, 1);
+    int md = own_lock(m);
+    unsigned n = ready_head(m, PEND_TAKE, &ow);
+    give_back_head(m, n, &ow);
     int left = m->pfirst < m->plast;
     int must = left && (m->plast - m->pfirst >= PEND_CAP - 1 || m->pbytes / 4 > share);
-    if (n)
-        __atomic_store_n(&m->hz, HZ_ANY, __ATOMIC_RELEASE);
     /* Nothing to do but wait for a sync already running: done in O(1). */
     int busy = left && !must &&
-               __atomic_load_n(&epochs[m->pend[m->pfirst].dev].lock, __ATOMIC_RELAXED);
+               __atomic_load_n(&epochs[px_dev(m->pinf[m->pfirst].x)].lock, __ATOMIC_RELAXED);
     if (left && !busy && (!n || must))
         pend_devices(m, NULL, &mask, maxtag);
     map_unlock(m, md);
-    give_back_batch(m, out, n);
+    settle_owed(&ow);
     if (!mask)
         return;
     if (advance_all(mask, maxtag, must) != 1)
-        drain(m, NULL, m);
+        drain(m, NULL);
 }
 
 static void flush_at_exit(void) { rkomp_map_flush(NULL, NULL); }
 
-/* Under m's lock (m the caller's map): b, just out of a map (its release
- * counted, as `after` says), waits for a sync of device dev that begins
- * after now. 1 when the list went over its bounds (the caller then calls
- * pend_over, once unlocked). */
+/* Under m's lock (m the caller's map): b, just out of a map (what its
+ * give-back owes as `after` says), waits for a sync of device dev that
+ * begins after now. 1 when the list went over its bounds (the caller then
+ * calls pend_over, once unlocked). */
 static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const slot_t *b, int dev,
                                                            int after)
 {
@@ -959,33 +986,30 @@ static inline __attribute__((always_inline)) int pend_push(tmap_t *m, const slot
         !__atomic_exchange_n(&registered, 1, __ATOMIC_RELAXED))
         atexit(flush_at_exit);
     if (RKOMP_UNLIKELY(m->plast == PEND_CAP)) { /* room at the front: slide down */
-        memmove(m->pend, m->pend + m->pfirst, (m->plast - m->pfirst) * sizeof *m->pend);
-        m->plast -= m->pfirst;
+        unsigned len = m->plast - m->pfirst;
+        memmove(m->pblk, m->pblk + m->pfirst, len * sizeof *m->pblk);
+        memmove(m->pinf, m->pinf + m->pfirst, len * sizeof *m->pinf);
+        m->plast = len;
         m->pfirst = 0;
     }
-    pend_t *p = &m->pend[m->plast++];
+    unsigned i = m->plast++;
     /* seq_cst: ordered with the syncer's increment (a sync counted after
      * this load begins after this free). */
-    p->tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
-    rankmem_block_t r = slot_returned(b);
-    p->ptr = r.ptr;
-    p->bytes = r.bytes;
-    p->align_log2 = (unsigned char)__builtin_ctzll(r.alignment); /* >= 256 for ours */
-    p->mr = b->mr;
-    p->ent = (signed char)slot_ent(b);
-    p->dev = (unsigned char)dev;
-    p->after = (unsigned char)after;
+    uint64_t tag = __atomic_load_n(&epochs[dev].started, __ATOMIC_SEQ_CST);
+    m->pblk[i] = slot_returned(b);
+    m->pinf[i] = (pinfo_t){b->mr, tag << PX_TAG | (uint64_t)dev << 8 |
+                                      (uint64_t)(b->meta & M_ENT) << 2 | (uint64_t)after};
     m->pmask |= (uint64_t)1 << dev;
-    m->ptag[dev] = p->tag;
+    m->ptag[dev] = tag;
     pend_count(m);
-    m->pbytes += p->bytes;
+    m->pbytes += m->pblk[i].bytes;
     unsigned len = m->plast - m->pfirst;
     if (len > PEND_SOFT || m->pbytes > __atomic_load_n(&thread_bytes, __ATOMIC_RELAXED))
         return 1;
     /* Below the bound, every 32nd push gives back what other threads' syncs
      * made releasable: blocks held back stay live in their pool, whose maps
      * then outgrow the cache (16 threads). Never a sync from here. */
-    return len >= PEND_LOW && !(m->plast & 31u) && ready(&m->pend[m->pfirst]);
+    return len >= PEND_LOW && !(m->plast & 31u) && ready(m, m->pfirst);
 }
 
 /* A thread leaves: what it left pending goes back now. */
@@ -995,7 +1019,7 @@ static void pend_thread_exit(tmap_t *m)
     pend_collect(m, NULL, &mask, maxtag);
     if (mask) {
         advance_all(mask, maxtag, 1);
-        drain(m, NULL, m);
+        drain(m, NULL);
     }
 }
 
@@ -1075,7 +1099,6 @@ int rkomp_map_free(const void *ptr)
 size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
 {
     uint64_t mask = 0, maxtag[RKOMP_MAX_DEVICES];
-    tmap_t *me = my_map;
     if (err_p)
         *err_p = 0;
     /* Every pending block's device and newest tag (maps are never freed:
@@ -1090,7 +1113,7 @@ size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
     size_t n = 0;
     for (tmap_t *m = __atomic_load_n(&maps, __ATOMIC_ACQUIRE); m; m = m->next)
         if (__atomic_load_n(&m->npend, __ATOMIC_RELAXED))
-            n += drain(m, mr, me);
+            n += drain(m, mr);
     if (err_p)
         *err_p = err;
     return n;

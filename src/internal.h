@@ -26,12 +26,6 @@ static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
 /* Blocks per deallocate_many call (the operation's bound; the public call
  * cuts longer arrays). */
 #define RK_BATCH 256u
-/* n <= RK_BATCH checked blocks back to mr: its deallocate_many, or its
- * deallocate for each; status[i] is block i's result, the return value the
- * first failure's. For adaptors passing a batch upstream. */
-RK_HIDDEN rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
-                                              size_t n, rankmem_stream_t stream,
-                                              rankmem_status_t *status);
 /* rankmem_allocate / rankmem_deallocate_async for a caller that already
  * checked what the public calls check (mr and ptr not NULL, bytes > 0,
  * alignment a power of two, at least RANKMEM_DEFAULT_ALIGNMENT to
@@ -52,6 +46,28 @@ static inline rankmem_status_t rk_deallocate_checked(rankmem_resource_t *mr, voi
     if (alignment < RANKMEM_DEFAULT_ALIGNMENT)
         alignment = RANKMEM_DEFAULT_ALIGNMENT;
     return mr->ops->deallocate(mr, ptr, bytes, alignment, stream);
+}
+/* n <= RK_BATCH checked blocks back to mr: its deallocate_many, or its
+ * deallocate for each; status[i] is block i's result, the return value the
+ * first failure's. For adaptors passing a batch upstream, and the OpenMP
+ * layer's pending lists. */
+static inline rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr,
+                                                  const rankmem_block_t *blocks, size_t n,
+                                                  rankmem_stream_t stream,
+                                                  rankmem_status_t *status)
+{
+    const rankmem_resource_ops_t *o = mr->ops;
+    if (o->size >= offsetof(rankmem_resource_ops_t, deallocate_many) + sizeof o->deallocate_many &&
+        o->deallocate_many)
+        return o->deallocate_many(mr, blocks, n, stream, status);
+    rankmem_status_t first = RANKMEM_SUCCESS;
+    for (size_t i = 0; i < n; i++) {
+        status[i] = rk_deallocate_checked(mr, blocks[i].ptr, blocks[i].bytes, blocks[i].alignment,
+                                          stream);
+        if (status[i] != RANKMEM_SUCCESS && first == RANKMEM_SUCCESS)
+            first = status[i];
+    }
+    return first;
 }
 /* Allocate and fill the header of a built-in resource of struct size
  * struct_size (zeroed). On failure nothing is left allocated. */

@@ -160,21 +160,6 @@ rankmem_status_t rankmem_deallocate(rankmem_resource_t *mr, void *ptr, size_t by
     return rankmem_deallocate_async(mr, ptr, bytes, alignment, NULL);
 }
 
-rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
-                                    size_t n, rankmem_stream_t stream, rankmem_status_t *status)
-{
-    if (HAS_OP(mr, deallocate_many))
-        return mr->ops->deallocate_many(mr, blocks, n, stream, status);
-    rankmem_status_t first = RANKMEM_SUCCESS;
-    for (size_t i = 0; i < n; i++) {
-        status[i] = rk_deallocate_checked(mr, blocks[i].ptr, blocks[i].bytes, blocks[i].alignment,
-                                          stream);
-        if (status[i] != RANKMEM_SUCCESS && first == RANKMEM_SUCCESS)
-            first = status[i];
-    }
-    return first;
-}
-
 rankmem_status_t rankmem_deallocate_many(rankmem_resource_t *mr, const rankmem_block_t *blocks,
                                          size_t n, size_t *failed_p)
 {

@@ -203,6 +203,25 @@ static void single_thread(rankmem_resource_t *st)
     ok(stats_of(st2).count_current == 0 && st2->refcount == 1,
        "once the swap is noticed its waiting block goes back, then the layer's reference (%lu)",
        st2->refcount);
+
+    /* More blocks owing their retired entry wait than one round of
+     * give-backs settles (32): all go back, then the reference. */
+    enum { NH = 40 };
+    void *hv[NH];
+    rankmem_set_current_resource(st2);
+    for (int i = 0; i < NH; i++)
+        hv[i] = omp_alloc(500 + (size_t)i, dev);
+    rankmem_set_current_resource(st);
+    omp_free(omp_alloc(64, dev), dev); /* retires st2's entry with the 40 live */
+    for (int i = 0; i < NH; i++)
+        omp_free(hv[i], dev);
+    ok(st2->refcount == 2 && stats_of(st2).count_current == NH,
+       "%d blocks of a retired entry wait and hold it (%lu, %zu)", NH, st2->refcount,
+       stats_of(st2).count_current);
+    rankmem_omp_flush();
+    ok(st2->refcount == 1 && stats_of(st2).count_current == 0,
+       "flushed: all went back, then the layer's reference (%lu, %zu)", st2->refcount,
+       stats_of(st2).count_current);
     rankmem_resource_release(st2);
     rankmem_omp_flush();
     over_aligned(st);
