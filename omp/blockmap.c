@@ -208,11 +208,13 @@ enum { AFTER_NONE = 0, AFTER_HARVESTED, AFTER_OWN_REF };
 
 typedef struct tmap {
     rk_block_t lock; /* biased to the thread that claimed the map; guards all below */
-    unsigned count;  /* live blocks; written under the lock, atomically (read without it) */
+    unsigned count;  /* live blocks, front included; written under the lock, atomically
+                      * (read without it) */
     size_t mask;     /* capacity - 1; 0 while slots is NULL */
     unsigned shift;  /* 32 - log2(capacity): a hash's top bits are its home slot */
     unsigned limit;  /* capacity / 2: an insert grows the table at this count */
     unsigned frees;  /* the owner's frees (now_and_then_check), not under the lock */
+    slot_t front;    /* the latest insert, unless freed or moved to slots (ptr NULL) */
     slot_t *slots;
     unsigned idx;               /* its filter: filt[idx] */
     rankmem_resource_t *hz;     /* atomic: the resource of a block this thread moves, or NULL */
@@ -402,14 +404,44 @@ static inline void remove_at(tmap_t *m, size_t i)
     __atomic_store_n(&m->count, m->count - 1, __ATOMIC_RELAXED);
 }
 
-/* The map holding ptr, locked (*md_p, its slot *i_p), or NULL. The caller's
+/* Under m's lock: where ptr is recorded in m (its slot, or AT_FRONT), or
+ * NOT_IN when it is not. */
+#define AT_FRONT ((size_t)-1)
+#define NOT_IN ((size_t)-2)
+static inline size_t where_in(const tmap_t *m, const void *ptr)
+{
+    if (m->front.ptr == ptr)
+        return AT_FRONT;
+    size_t i;
+    if (m->mask && m->slots[i = probe(m, ptr, hash_of(ptr))].ptr)
+        return i;
+    return NOT_IN;
+}
+
+static inline slot_t *slot_at(tmap_t *m, size_t i)
+{
+    return i == AT_FRONT ? &m->front : &m->slots[i];
+}
+
+/* Under m's lock: the block at i leaves m. */
+static inline void take_out(tmap_t *m, size_t i)
+{
+    if (RKOMP_LIKELY(i == AT_FRONT)) {
+        m->front.ptr = NULL;
+        __atomic_store_n(&m->count, m->count - 1, __ATOMIC_RELAXED);
+    } else {
+        remove_at(m, i);
+    }
+}
+
+/* The map holding ptr, locked (*md_p, where: *i_p), or NULL. The caller's
  * own map first; then the others that may hold it: a block was once
  * inserted there in ptr's region and grain, and it is not empty. The hints
  * are safe without the lock: if ptr is live in a map, its insertion
  * happened before this call (the program got ptr from it) and only freeing
  * ptr could undo it. */
-static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr, unsigned h,
-                                                    int *md_p, size_t *i_p)
+static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr, int *md_p,
+                                                    size_t *i_p)
 {
     uint64_t rb = region_bit(ptr), gb;
     rkomp_grain_word(ptr, &gb); /* a map's grains use the global filter's bit */
@@ -424,8 +456,8 @@ static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr,
         if (!m || m == me || !__atomic_load_n(&m->count, __ATOMIC_RELAXED))
             continue;
         int md = map_lock(m);
-        size_t i;
-        if (m->count && m->slots[i = probe(m, ptr, h)].ptr) {
+        size_t i = where_in(m, ptr);
+        if (i != NOT_IN) {
             *md_p = md;
             *i_p = i;
             return m;
@@ -435,19 +467,19 @@ static __attribute__((noinline)) tmap_t *find_other(tmap_t *me, const void *ptr,
     return NULL;
 }
 
-static inline tmap_t *find_locked(tmap_t *me, const void *ptr, unsigned h, int *md_p, size_t *i_p)
+static inline tmap_t *find_locked(tmap_t *me, const void *ptr, int *md_p, size_t *i_p)
 {
     if (RKOMP_LIKELY(me != NULL) && __atomic_load_n(&me->count, __ATOMIC_RELAXED)) {
         int md = own_lock(me);
-        size_t i;
-        if (RKOMP_LIKELY(me->count && me->slots[i = probe(me, ptr, h)].ptr)) {
+        size_t i = where_in(me, ptr);
+        if (RKOMP_LIKELY(i != NOT_IN)) {
             *md_p = md;
             *i_p = i;
             return me;
         }
         map_unlock(me, md);
     }
-    return find_other(me, ptr, h, md_p, i_p);
+    return find_other(me, ptr, md_p, i_p);
 }
 
 /* ---- hazards ---- */
@@ -510,6 +542,15 @@ static void ent_drop(int e)
     drop_ref(mr);
 }
 
+/* Under its map's lock: 1 when sl is a live block of entry e, now marked. */
+static inline long harvest_slot(slot_t *sl, int e)
+{
+    if (!sl->ptr || (sl->meta & (M_ENT | M_HARVESTED)) != (uint64_t)(e + 2))
+        return 0;
+    sl->meta |= M_HARVESTED;
+    return 1;
+}
+
 /* Under ent_lock. Returns the reference to drop when nothing was live. */
 static rankmem_resource_t *ent_retire_locked(int e)
 {
@@ -524,13 +565,9 @@ static rankmem_resource_t *ent_retire_locked(int e)
     for (tmap_t *m = head; m; m = m->next) {
         if (!m->count)
             continue;
-        for (size_t i = 0; i <= m->mask; i++) {
-            slot_t *sl = &m->slots[i];
-            if (sl->ptr && (sl->meta & (M_ENT | M_HARVESTED)) == (uint64_t)(e + 2)) {
-                sl->meta |= M_HARVESTED;
-                sum++;
-            }
-        }
+        sum += harvest_slot(&m->front, e);
+        for (size_t i = 0; m->mask && i <= m->mask; i++)
+            sum += harvest_slot(&m->slots[i], e);
     }
     /* Before the maps are unlocked: no marked block can be freed until then. */
     __atomic_store_n(&en->remaining, sum, __ATOMIC_RELEASE);
@@ -1059,11 +1096,11 @@ int rkomp_map_free(const void *ptr)
         me = map_register(); /* NULL: no memory; then no hazard and no list */
     int mode = get_defer_mode(), md, dev; /* the first call may start CUDA: not under a lock */
     size_t i;
-    tmap_t *m = find_locked(me, ptr, hash_of(ptr), &md, &i);
+    tmap_t *m = find_locked(me, ptr, &md, &i);
     if (!m)
         return 0;
-    slot_t s = m->slots[i];
-    remove_at(m, i);
+    slot_t s = *slot_at(m, i);
+    take_out(m, i);
     int ent = slot_ent(&s);
     int after = RKOMP_UNLIKELY(s.meta & M_HARVESTED) ? AFTER_HARVESTED
                 : ent == RKOMP_ENT_OWN                ? AFTER_OWN_REF
@@ -1124,7 +1161,23 @@ __attribute__((destructor)) static void flush_at_unload(void) { rkomp_map_flush(
 
 /* ---- the map ---- */
 
-/* Record b in m, the caller's own map (rkomp_map_insert's contract). */
+/* Under m's lock: the front block moves into the table. 0, or -1 when the
+ * table cannot grow (the front stays). */
+static int spill_front(tmap_t *m)
+{
+    /* Grow at half load: probes stay short. */
+    if (m->count >= m->limit && grow(m) != 0)
+        return -1;
+    size_t i = probe(m, m->front.ptr, hash_of(m->front.ptr));
+    m->slots[i] = m->front; /* never there already: a live block is recorded once */
+    m->front.ptr = NULL;
+    return 0;
+}
+
+/* Record b in m, the caller's own map (rkomp_map_insert's contract): as
+ * its front block, the one a free looks at before the table. A block
+ * freed before the thread's next allocation (temporaries, allocate
+ * clauses) never enters the table. */
 static inline __attribute__((always_inline)) int insert_in(tmap_t *m, slot_t *s)
 {
     int own_ref = 0;
@@ -1155,8 +1208,7 @@ static inline __attribute__((always_inline)) int insert_in(tmap_t *m, slot_t *s)
             __atomic_store_n(&filt[m->idx].grains, mg_bits | gbit, __ATOMIC_RELAXED);
         rkomp_last_grain = grain;
     }
-    /* Grow at half load: probes stay short. */
-    if (RKOMP_UNLIKELY(m->count >= m->limit) && grow(m) != 0) {
+    if (RKOMP_UNLIKELY(m->front.ptr != NULL) && spill_front(m) != 0) {
         map_unlock(m, md);
         return -1;
     }
@@ -1172,10 +1224,8 @@ static inline __attribute__((always_inline)) int insert_in(tmap_t *m, slot_t *s)
             own_ref = 1;
         }
     }
-    size_t i = probe(m, s->ptr, hash_of(s->ptr));
-    if (!m->slots[i].ptr)
-        __atomic_store_n(&m->count, m->count + 1, __ATOMIC_RELAXED);
-    m->slots[i] = *s;
+    m->front = *s;
+    __atomic_store_n(&m->count, m->count + 1, __ATOMIC_RELAXED);
     map_unlock(m, md);
     return own_ref;
 }
@@ -1231,12 +1281,12 @@ static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
         return 0;
     int md;
     size_t i;
-    tmap_t *m = find_locked(my_map, ptr, hash_of(ptr), &md, &i);
+    tmap_t *m = find_locked(my_map, ptr, &md, &i);
     if (!m)
         return 0;
-    slot_unpack(&m->slots[i], b_p);
+    slot_unpack(slot_at(m, i), b_p);
     if (remove)
-        remove_at(m, i);
+        take_out(m, i);
     map_unlock(m, md);
     return 1;
 }
