@@ -387,24 +387,36 @@ static inline rkomp_handle_t for_runtime(rkomp_handle_t h)
     return rkomp_in_range(h) ? RKOMP_NULL_ALLOCATOR : h;
 }
 
-RKOMP_EXPORT void omp_free(void *ptr, rkomp_handle_t allocator)
+/* The entry points' common case, without a frame of their own: a block in
+ * the grain of the thread's latest allocation, found in the maps. */
+#define OWN_FREE(ptr) (RKOMP_LIKELY((ptr) && rkomp_own_grain(ptr)) && rkomp_map_free(ptr))
+
+/* The rest of omp_free (gomp: of GOMP_free), once OWN_FREE(ptr) failed. */
+static __attribute__((noinline)) void free_rest(void *ptr, rkomp_handle_t allocator, int gomp)
 {
-    if (our_free(ptr) || (!ptr && rkomp_in_range(allocator)))
+    if (ptr && !rkomp_own_grain(ptr) && rkomp_map_maybe(ptr) && rkomp_map_free(ptr))
+        return;
+    if (!ptr && rkomp_in_range(allocator))
         return;
     const rkomp_runtime_t *r = rkomp_rt();
-    if (r->free)
+    if (gomp && r->gomp_free)
+        r->gomp_free(ptr, for_runtime(allocator));
+    else if (r->free)
         r->free(ptr, for_runtime(allocator));
+}
+
+RKOMP_EXPORT void omp_free(void *ptr, rkomp_handle_t allocator)
+{
+    if (OWN_FREE(ptr))
+        return;
+    free_rest(ptr, allocator, 0);
 }
 
 RKOMP_EXPORT void GOMP_free(void *ptr, rkomp_handle_t allocator)
 {
-    if (our_free(ptr) || (!ptr && rkomp_in_range(allocator)))
+    if (OWN_FREE(ptr))
         return;
-    const rkomp_runtime_t *r = rkomp_rt();
-    if (r->gomp_free)
-        r->gomp_free(ptr, for_runtime(allocator));
-    else if (r->free)
-        r->free(ptr, for_runtime(allocator));
+    free_rest(ptr, allocator, 1);
 }
 
 RKOMP_EXPORT void __kmpc_free(int gtid, void *ptr, rkomp_handle_t allocator)
@@ -421,7 +433,8 @@ RKOMP_EXPORT void __kmpc_free(int gtid, void *ptr, rkomp_handle_t allocator)
 
 /* ---- the omp_alloc family ---- */
 
-RKOMP_EXPORT void *omp_alloc(size_t size, rkomp_handle_t allocator)
+/* omp_alloc but for its common case. */
+static __attribute__((noinline)) void *alloc_rest(size_t size, rkomp_handle_t allocator)
 {
     int handled;
     void *p = our_alloc(1, size, 0, allocator, &handled);
@@ -429,6 +442,14 @@ RKOMP_EXPORT void *omp_alloc(size_t size, rkomp_handle_t allocator)
         return p;
     const rkomp_runtime_t *r = rkomp_rt();
     return r->alloc ? r->alloc(size, allocator) : NULL;
+}
+
+RKOMP_EXPORT void *omp_alloc(size_t size, rkomp_handle_t allocator)
+{
+    /* The predefined device allocator: a tail call, no frame here. */
+    if (RKOMP_LIKELY(allocator == RKOMP_DEVICE_HANDLE && size))
+        return rkomp_dev_alloc(size);
+    return alloc_rest(size, allocator);
 }
 
 extern __typeof__(omp_alloc) rkomp_self_omp_alloc __attribute__((alias("omp_alloc")));

@@ -1243,6 +1243,16 @@ int rkomp_map_insert(rkomp_block_t *b)
     return ins;
 }
 
+/* rkomp_dev_alloc's block was served but not recorded as it stands (ins:
+ * rkomp_map_insert's result): out of line, to keep that one's frame small. */
+static __attribute__((noinline)) void *dev_alloc_tail(const slot_t *s, int ins)
+{
+    rkomp_block_t b;
+    slot_unpack(s, &b);
+    void *p = rkomp_serve_tail(&b, ins);
+    return p ? p : rkomp_alloc_failed(&rkomp_slots[0].a, 1, s->bytes, 0, 0);
+}
+
 /* The predefined device allocator on its common path, in one function (the
  * general one, serve() and rkomp_alloc_ours, calls four levels deep and
  * checks what is known here): one visible device (or none), an entry made
@@ -1269,10 +1279,7 @@ void *rkomp_dev_alloc(size_t size)
     int ins = insert_in(m, &s);
     if (RKOMP_LIKELY(ins == 0))
         return s.ptr;
-    rkomp_block_t b;
-    slot_unpack(&s, &b);
-    void *p = rkomp_serve_tail(&b, ins);
-    return p ? p : rkomp_alloc_failed(a, 1, size, 0, 0);
+    return dev_alloc_tail(&s, ins);
 }
 
 static int lookup(const void *ptr, rkomp_block_t *b_p, int remove)
