@@ -265,7 +265,25 @@ static void map_thread_exit(void *p)
     __atomic_store_n(&m->used, 0u, __ATOMIC_RELEASE);
 }
 
-static void map_setup(void) { map_key_ok = pthread_key_create(&map_key, map_thread_exit) == 0; }
+/* Each device's current resource as the registry last told (borrowed, as
+ * from rankmem_get_device_resource; NULL: not known, ask the registry):
+ * rkomp_dev_alloc reads it instead of calling into librankmem. */
+static rankmem_resource_t *dev_mr[RKOMP_MAX_DEVICES]; /* atomic */
+static int dev_mr_on; /* the listener is added */
+
+static void on_resource(int device, rankmem_resource_t *mr, void *arg)
+{
+    (void)arg;
+    if (device >= 0 && device < RKOMP_MAX_DEVICES)
+        __atomic_store_n(&dev_mr[device], mr, __ATOMIC_RELEASE);
+}
+
+static void map_setup(void)
+{
+    map_key_ok = pthread_key_create(&map_key, map_thread_exit) == 0;
+    /* Without it (never, but for a full table) every allocation asks. */
+    dev_mr_on = rankmem_add_resource_listener(on_resource, NULL) == RANKMEM_SUCCESS;
+}
 
 /* The calling thread's map (a released one, with whatever blocks its last
  * thread left in it, or a new one), or NULL when none can be had. */
@@ -1157,7 +1175,12 @@ size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
 }
 
 /* At unload (dlclose) too: nothing pending may outlive the library. */
-__attribute__((destructor)) static void flush_at_unload(void) { rkomp_map_flush(NULL, NULL); }
+__attribute__((destructor)) static void flush_at_unload(void)
+{
+    rkomp_map_flush(NULL, NULL);
+    if (dev_mr_on)
+        rankmem_remove_resource_listener(on_resource, NULL);
+}
 
 /* ---- the map ---- */
 
@@ -1265,10 +1288,11 @@ void *rkomp_dev_alloc(size_t size)
     tmap_t *m = my_map;
     rankmem_resource_t *mr;
     int e;
-    /* Device 0's entry is mr's (a hint: the insert checks again, under the
-     * map's lock, that it is still in service). */
+    /* Device 0's resource as the registry told (on_resource), and its
+     * entry (a hint: the insert checks again, under the map's lock, that
+     * it is still in service). */
     if (RKOMP_UNLIKELY(!m || rkomp_gpu_count() > 1) ||
-        RKOMP_UNLIKELY(rankmem_get_device_resource(0, &mr) != RANKMEM_SUCCESS) ||
+        RKOMP_UNLIKELY(!(mr = __atomic_load_n(&dev_mr[0], __ATOMIC_ACQUIRE))) ||
         RKOMP_UNLIKELY((e = __atomic_load_n(&dev_ent[0], __ATOMIC_ACQUIRE) - 1) < 0) ||
         RKOMP_UNLIKELY(__atomic_load_n(&ents[e].mr, __ATOMIC_RELAXED) != mr))
         return rkomp_alloc_ours(a, 1, size, 0, 0);

@@ -17,6 +17,18 @@ static pthread_once_t registry_once = PTHREAD_ONCE_INIT;
 static rankmem_resource_t **slots; /* one per device; with no GPU, one for the host */
 static int nslots;
 static int registry_ready; /* atomic: registry_setup ran (every allocation asks: no pthread_once call) */
+static struct {
+    rankmem_resource_listener_t fn;
+    void *arg;
+} listeners[RANKMEM_MAX_RESOURCE_LISTENERS]; /* under registry_lock */
+static int nlisteners;
+
+/* Under registry_lock: device's resource is now mr. */
+static void notify_locked(int device, rankmem_resource_t *mr)
+{
+    for (int i = 0; i < nlisteners; i++)
+        listeners[i].fn(device, mr, listeners[i].arg);
+}
 
 static void registry_setup(void)
 {
@@ -114,8 +126,10 @@ static __attribute__((noinline, cold)) rankmem_status_t get_slow(int device,
     mr = slots[device];
     if (!mr) {
         st = make_initial(device, &mr);
-        if (st == RANKMEM_SUCCESS)
+        if (st == RANKMEM_SUCCESS) {
             __atomic_store_n(&slots[device], mr, __ATOMIC_RELEASE);
+            notify_locked(device, mr);
+        }
     }
     pthread_mutex_unlock(&registry_lock);
     if (st == RANKMEM_SUCCESS)
@@ -156,10 +170,61 @@ rankmem_status_t rankmem_set_device_resource(int device, rankmem_resource_t *mr)
     pthread_mutex_lock(&registry_lock);
     rankmem_resource_t *old = slots[device];
     __atomic_store_n(&slots[device], mr, __ATOMIC_RELEASE);
+    notify_locked(device, mr);
     pthread_mutex_unlock(&registry_lock);
     if (old)
         rankmem_resource_release(old);
     return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_add_resource_listener(rankmem_resource_listener_t fn, void *arg)
+{
+    if (!fn)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_add_resource_listener: NULL function");
+    rankmem_status_t st = check_device(0);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    pthread_mutex_lock(&registry_lock);
+    int i;
+    for (i = 0; i < nlisteners; i++)
+        if (listeners[i].fn == fn && listeners[i].arg == arg)
+            break;
+    if (i == nlisteners) {
+        if (nlisteners == RANKMEM_MAX_RESOURCE_LISTENERS) {
+            pthread_mutex_unlock(&registry_lock);
+            return rk_error(RANKMEM_ERR_LIMIT, "rankmem_add_resource_listener: %d listeners already",
+                            RANKMEM_MAX_RESOURCE_LISTENERS);
+        }
+        listeners[nlisteners].fn = fn;
+        listeners[nlisteners++].arg = arg;
+        for (int d = 0; d < nslots; d++)
+            if (slots[d])
+                fn(d, slots[d], arg);
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_remove_resource_listener(rankmem_resource_listener_t fn, void *arg)
+{
+    if (!fn)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_remove_resource_listener: NULL function");
+    pthread_mutex_lock(&registry_lock);
+    int i;
+    for (i = 0; i < nlisteners; i++)
+        if (listeners[i].fn == fn && listeners[i].arg == arg)
+            break;
+    if (i < nlisteners) {
+        for (; i + 1 < nlisteners; i++)
+            listeners[i] = listeners[i + 1];
+        nlisteners--;
+        pthread_mutex_unlock(&registry_lock);
+        return RANKMEM_SUCCESS;
+    }
+    pthread_mutex_unlock(&registry_lock);
+    return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                    "rankmem_remove_resource_listener: no such listener");
 }
 
 rankmem_status_t rankmem_get_current_resource(rankmem_resource_t **mr_p)

@@ -216,6 +216,68 @@ static void test_registry(void)
     rankmem_resource_release(cur);
 }
 
+/* What a listener saw: calls, and the latest (device, resource). */
+typedef struct heard {
+    int calls, device;
+    rankmem_resource_t *mr;
+} heard_t;
+static void hear(int device, rankmem_resource_t *mr, void *arg)
+{
+    heard_t *h = arg;
+    h->calls++;
+    h->device = device;
+    h->mr = mr;
+}
+static void hear_other(int device, rankmem_resource_t *mr, void *arg) { hear(device, mr, arg); }
+
+static void test_listeners(void)
+{
+    heard_t h = {0, -1, NULL}, h2 = {0, -1, NULL};
+    int dev = 0;
+    rankmem_current_device(&dev);
+    rankmem_resource_t *cur = NULL;
+    rankmem_get_current_resource(&cur);
+    is_status(rankmem_add_resource_listener(NULL, &h), RANKMEM_ERR_INVALID_ARGUMENT,
+              "add_resource_listener: NULL function");
+    is_status(rankmem_remove_resource_listener(NULL, &h), RANKMEM_ERR_INVALID_ARGUMENT,
+              "remove_resource_listener: NULL function");
+    is_status(rankmem_remove_resource_listener(hear, &h), RANKMEM_ERR_INVALID_ARGUMENT,
+              "remove_resource_listener: one never added");
+    is_status(rankmem_add_resource_listener(hear, &h), RANKMEM_SUCCESS, "add a listener");
+    ok(h.calls >= 1 && h.device == dev && h.mr == cur,
+       "told at once of the current device's resource (%d calls)", h.calls);
+    int before = h.calls;
+    is_status(rankmem_add_resource_listener(hear, &h), RANKMEM_SUCCESS, "the same one again");
+    ok(h.calls == before, "is the same listener: not told again");
+    rankmem_resource_t *pool = NULL;
+    rankmem_pool_create(cur, NULL, &pool);
+    rankmem_resource_retain(cur);
+    rankmem_set_current_resource(pool);
+    ok(h.calls == before + 1 && h.mr == pool && h.device == dev, "told of a new resource");
+    /* Full: RANKMEM_MAX_RESOURCE_LISTENERS with distinct arguments. */
+    heard_t many[RANKMEM_MAX_RESOURCE_LISTENERS];
+    int added = 1; /* hear/&h */
+    rankmem_status_t st = RANKMEM_SUCCESS;
+    for (int i = 0; i < RANKMEM_MAX_RESOURCE_LISTENERS && st == RANKMEM_SUCCESS; i++) {
+        many[i] = (heard_t){0, -1, NULL};
+        st = rankmem_add_resource_listener(hear_other, &many[i]);
+        added += st == RANKMEM_SUCCESS;
+    }
+    ok(st == RANKMEM_ERR_LIMIT && added == RANKMEM_MAX_RESOURCE_LISTENERS,
+       "past RANKMEM_MAX_RESOURCE_LISTENERS: RANKMEM_ERR_LIMIT (%d added)", added);
+    for (int i = 0; i + 1 < added; i++)
+        rankmem_remove_resource_listener(hear_other, &many[i]);
+    is_status(rankmem_add_resource_listener(hear_other, &h2), RANKMEM_SUCCESS,
+              "room again once they are removed");
+    is_status(rankmem_remove_resource_listener(hear, &h), RANKMEM_SUCCESS, "remove the first");
+    rankmem_set_current_resource(cur);
+    ok(h.calls == before + 1 && h.mr == pool, "a removed listener is not told");
+    ok(h2.mr == cur, "the others are");
+    rankmem_remove_resource_listener(hear_other, &h2);
+    rankmem_resource_release(pool);
+    rankmem_resource_release(cur);
+}
+
 int main(void)
 {
     rankmem_resource_t *sys = NULL;
@@ -226,6 +288,7 @@ int main(void)
     test_callback();
     test_user_resource_and_lifetime();
     test_registry();
+    test_listeners();
 
     /* Forgetting a stream walks the chain; resources without per-stream state ignore it. */
     rankmem_resource_t *chain = NULL;

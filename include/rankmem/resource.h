@@ -175,6 +175,24 @@ RANKMEM_API rankmem_status_t rankmem_device_count(int *count_p); /* 0 when no GP
 RANKMEM_API rankmem_status_t rankmem_current_device(int *device_p); /* 0 when no GPU */
 RANKMEM_API rankmem_status_t rankmem_get_device_resource(int device, rankmem_resource_t **mr_p);
 RANKMEM_API rankmem_status_t rankmem_set_device_resource(int device, rankmem_resource_t *mr);
+
+/* Told of every change of a device's resource: fn(device, mr, arg) runs
+ * once for each device that has a resource when it is added, then each
+ * time one is set (rankmem_set_device_resource, or the first resource made
+ * on first use), before the setter returns. It runs under the registry's
+ * lock: it must be quick and must not call the registry functions above.
+ * mr is borrowed, as from rankmem_get_device_resource. For layers that
+ * cache the current resource (the OpenMP allocators do). At most
+ * RANKMEM_MAX_RESOURCE_LISTENERS at once: RANKMEM_ERR_LIMIT past them;
+ * adding the same (fn, arg) twice is one listener. Remove a listener
+ * before its code goes (dlclose): once removed it is never called again.
+ * Removing one that was not added: RANKMEM_ERR_INVALID_ARGUMENT. */
+#define RANKMEM_MAX_RESOURCE_LISTENERS 8
+typedef void (*rankmem_resource_listener_t)(int device, rankmem_resource_t *mr, void *arg);
+RANKMEM_API rankmem_status_t rankmem_add_resource_listener(rankmem_resource_listener_t fn,
+                                                           void *arg);
+RANKMEM_API rankmem_status_t rankmem_remove_resource_listener(rankmem_resource_listener_t fn,
+                                                              void *arg);
 RANKMEM_API rankmem_status_t rankmem_get_current_resource(rankmem_resource_t **mr_p);
 RANKMEM_API rankmem_status_t rankmem_set_current_resource(rankmem_resource_t *mr);
 
