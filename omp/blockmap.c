@@ -2,9 +2,11 @@
  *
  * The map. omp_free has no size and device memory has no room for a
  * header, so every block is recorded here, in the map of the thread that
- * allocated it: an open-addressing table (linear probing, backward-shift
- * deletion, so no tombstones) under a lock biased to that thread (src/bias.h).
- * A thread that frees what it allocated, the usual case in OpenMP codes,
+ * allocated it: an open-addressing table of 32-byte records (linear
+ * probing, backward-shift deletion, so no tombstones) under a lock biased
+ * to that thread (src/bias.h). The thread's latest allocation waits beside
+ * the table as the map's front block, looked at first: a block freed
+ * before the next allocation never enters the table. A thread that frees what it allocated, the usual case in OpenMP codes,
  * finds the block in its own map and takes no lock-prefixed instruction and
  * touches no line another core writes; 256 shared shards, the previous
  * design, cost two locked operations and, under 16 threads, two cache-line
