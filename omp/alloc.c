@@ -387,17 +387,9 @@ static inline rkomp_handle_t for_runtime(rkomp_handle_t h)
     return rkomp_in_range(h) ? RKOMP_NULL_ALLOCATOR : h;
 }
 
-/* The entry points' common case, without a frame of their own: a block in
- * the grain of the thread's latest allocation, found in the maps. */
-#define OWN_FREE(ptr) (RKOMP_LIKELY((ptr) && rkomp_own_grain(ptr)) && rkomp_map_free(ptr))
-
-/* The rest of omp_free (gomp: of GOMP_free), once OWN_FREE(ptr) failed. */
-static __attribute__((noinline)) void free_rest(void *ptr, rkomp_handle_t allocator, int gomp)
+/* Pass a free on to the runtime's omp_free (gomp: its GOMP_free). */
+static void free_forward(void *ptr, rkomp_handle_t allocator, int gomp)
 {
-    if (ptr && !rkomp_own_grain(ptr) && rkomp_map_maybe(ptr) && rkomp_map_free(ptr))
-        return;
-    if (!ptr && rkomp_in_range(allocator))
-        return;
     const rkomp_runtime_t *r = rkomp_rt();
     if (gomp && r->gomp_free)
         r->gomp_free(ptr, for_runtime(allocator));
@@ -405,18 +397,38 @@ static __attribute__((noinline)) void free_rest(void *ptr, rkomp_handle_t alloca
         r->free(ptr, for_runtime(allocator));
 }
 
+/* ptr passed the filters: ours (freed here), or the runtime's after all. */
+static __attribute__((noinline)) void free_maybe_ours(void *ptr, rkomp_handle_t allocator,
+                                                      int gomp)
+{
+    if (!rkomp_map_free(ptr))
+        free_forward(ptr, allocator, gomp);
+}
+
+/* omp_free and GOMP_free reach rkomp_map_free, or the runtime's function,
+ * by a jump: no frame of their own on either common path. */
+#define FREE_ENTRY(ptr, allocator, gomp, rt_fn)                                                   \
+    do {                                                                                          \
+        if (RKOMP_LIKELY((ptr) != NULL)) {                                                        \
+            if (rkomp_own_grain(ptr) || rkomp_map_maybe(ptr))                                     \
+                return free_maybe_ours((ptr), (allocator), (gomp));                               \
+        } else if (rkomp_in_range(allocator)) {                                                   \
+            return;                                                                               \
+        }                                                                                         \
+        if (RKOMP_LIKELY(__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE) &&                    \
+                         rkomp_rt_table.rt_fn != NULL))                                           \
+            return rkomp_rt_table.rt_fn((ptr), for_runtime(allocator));                           \
+        free_forward((ptr), (allocator), (gomp));                                                 \
+    } while (0)
+
 RKOMP_EXPORT void omp_free(void *ptr, rkomp_handle_t allocator)
 {
-    if (OWN_FREE(ptr))
-        return;
-    free_rest(ptr, allocator, 0);
+    FREE_ENTRY(ptr, allocator, 0, free);
 }
 
 RKOMP_EXPORT void GOMP_free(void *ptr, rkomp_handle_t allocator)
 {
-    if (OWN_FREE(ptr))
-        return;
-    free_rest(ptr, allocator, 1);
+    FREE_ENTRY(ptr, allocator, 1, gomp_free);
 }
 
 RKOMP_EXPORT void __kmpc_free(int gtid, void *ptr, rkomp_handle_t allocator)
@@ -446,9 +458,14 @@ static __attribute__((noinline)) void *alloc_rest(size_t size, rkomp_handle_t al
 
 RKOMP_EXPORT void *omp_alloc(size_t size, rkomp_handle_t allocator)
 {
-    /* The predefined device allocator: a tail call, no frame here. */
+    /* The predefined device allocator, and a handle of the runtime's (not
+     * omp_null_allocator, which may stand for ours): jumps, no frame here. */
     if (RKOMP_LIKELY(allocator == RKOMP_DEVICE_HANDLE && size))
         return rkomp_dev_alloc(size);
+    if (allocator != RKOMP_NULL_ALLOCATOR && !rkomp_in_range(allocator) &&
+        RKOMP_LIKELY(__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE) &&
+                     rkomp_rt_table.alloc != NULL))
+        return rkomp_rt_table.alloc(size, allocator);
     return alloc_rest(size, allocator);
 }
 
