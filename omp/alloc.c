@@ -387,8 +387,7 @@ static inline rkomp_handle_t for_runtime(rkomp_handle_t h)
     return rkomp_in_range(h) ? RKOMP_NULL_ALLOCATOR : h;
 }
 
-/* Pass a free on to the runtime's omp_free (gomp: its GOMP_free). */
-static void free_forward(void *ptr, rkomp_handle_t allocator, int gomp)
+void rkomp_free_forward(void *ptr, rkomp_handle_t allocator, int gomp)
 {
     const rkomp_runtime_t *r = rkomp_rt();
     if (gomp && r->gomp_free)
@@ -397,28 +396,20 @@ static void free_forward(void *ptr, rkomp_handle_t allocator, int gomp)
         r->free(ptr, for_runtime(allocator));
 }
 
-/* ptr passed the filters: ours (freed here), or the runtime's after all. */
-static __attribute__((noinline)) void free_maybe_ours(void *ptr, rkomp_handle_t allocator,
-                                                      int gomp)
-{
-    if (!rkomp_map_free(ptr))
-        free_forward(ptr, allocator, gomp);
-}
-
-/* omp_free and GOMP_free reach rkomp_map_free, or the runtime's function,
+/* omp_free and GOMP_free reach rkomp_map_free_or_pass, or the runtime's function,
  * by a jump: no frame of their own on either common path. */
 #define FREE_ENTRY(ptr, allocator, gomp, rt_fn)                                                   \
     do {                                                                                          \
         if (RKOMP_LIKELY((ptr) != NULL)) {                                                        \
             if (rkomp_own_grain(ptr) || rkomp_map_maybe(ptr))                                     \
-                return free_maybe_ours((ptr), (allocator), (gomp));                               \
+                return rkomp_map_free_or_pass((ptr), (allocator), (gomp));                        \
         } else if (rkomp_in_range(allocator)) {                                                   \
             return;                                                                               \
         }                                                                                         \
         if (RKOMP_LIKELY(__atomic_load_n(&rkomp_rt_ready, __ATOMIC_ACQUIRE) &&                    \
                          rkomp_rt_table.rt_fn != NULL))                                           \
             return rkomp_rt_table.rt_fn((ptr), for_runtime(allocator));                           \
-        free_forward((ptr), (allocator), (gomp));                                                 \
+        rkomp_free_forward((ptr), (allocator), (gomp));                                           \
     } while (0)
 
 RKOMP_EXPORT void omp_free(void *ptr, rkomp_handle_t allocator)

@@ -6,8 +6,8 @@
  * probing, backward-shift deletion, so no tombstones) under a lock biased
  * to that thread (src/bias.h). The thread's latest allocation waits beside
  * the table as the map's front block, looked at first: a block freed
- * before the next allocation never enters the table. A thread that frees what it allocated, the usual case in OpenMP codes,
- * finds the block in its own map and takes no lock-prefixed instruction and
+ * before the next allocation never enters the table. A thread that frees
+ * what it allocated, the usual case in OpenMP codes, finds the block in its own map and takes no lock-prefixed instruction and
  * touches no line another core writes; 256 shared shards, the previous
  * design, cost two locked operations and, under 16 threads, two cache-line
  * transfers per pair. A block freed by another thread is found by looking
@@ -215,7 +215,6 @@ typedef struct tmap {
     size_t mask;     /* capacity - 1; 0 while slots is NULL */
     unsigned shift;  /* 32 - log2(capacity): a hash's top bits are its home slot */
     unsigned limit;  /* capacity / 2: an insert grows the table at this count */
-    unsigned frees;  /* the owner's frees (now_and_then_check), not under the lock */
     slot_t front;    /* the latest insert, unless freed or moved to slots (ptr NULL) */
     slot_t *slots;
     unsigned idx;               /* its filter: filt[idx] */
@@ -272,17 +271,28 @@ static void map_thread_exit(void *p)
  * rkomp_dev_alloc reads it instead of calling into librankmem. */
 static rankmem_resource_t *dev_mr[RKOMP_MAX_DEVICES]; /* atomic */
 static int dev_mr_on; /* the listener is added */
+static unsigned dev_changed; /* atomic: see retire_replaced */
+/* Device 0's resource when at most one device is visible (device 0 is
+ * then the current one), else NULL: rkomp_dev_alloc's one test. */
+static rankmem_resource_t *dev0_fast; /* atomic */
+static int one_device;
 
 static void on_resource(int device, rankmem_resource_t *mr, void *arg)
 {
     (void)arg;
-    if (device >= 0 && device < RKOMP_MAX_DEVICES)
-        __atomic_store_n(&dev_mr[device], mr, __ATOMIC_RELEASE);
+    if (device < 0 || device >= RKOMP_MAX_DEVICES)
+        return;
+    if (__atomic_load_n(&dev_mr[device], __ATOMIC_RELAXED))
+        __atomic_store_n(&dev_changed, 1u, __ATOMIC_RELEASE); /* a replacement */
+    __atomic_store_n(&dev_mr[device], mr, __ATOMIC_RELEASE);
+    if (device == 0 && one_device)
+        __atomic_store_n(&dev0_fast, mr, __ATOMIC_RELEASE);
 }
 
 static void map_setup(void)
 {
     map_key_ok = pthread_key_create(&map_key, map_thread_exit) == 0;
+    one_device = rkomp_gpu_count() <= 1;
     /* Without it (never, but for a full table) every allocation asks. */
     dev_mr_on = rankmem_add_resource_listener(on_resource, NULL) == RANKMEM_SUCCESS;
 }
@@ -718,6 +728,9 @@ static struct epoch {
 } __attribute__((aligned(64))) epochs[RKOMP_MAX_DEVICES];
 
 static int defer_mode = -1; /* atomic: -1 unknown, 0 off, 1 device-accessible blocks, 2 test */
+/* Set with defer_mode: a free's give-back owes no wait and enters no
+ * device (at most one visible device, and no GPU or no RANKMEM_OMP_FREE_SYNC). */
+static int plain_give_back;
 static size_t thread_bytes; /* a thread's share of RANKMEM_OMP_DEFER_BYTES (set with defer_mode) */
 
 static __attribute__((noinline)) int defer_mode_slow(void)
@@ -730,6 +743,9 @@ static __attribute__((noinline)) int defer_mode_slow(void)
         else if (rkomp_test_defer())
             m = 2; /* host blocks of ours deferred, with a no-op wait: tests only */
     }
+    int ngpu = rkomp_gpu_count();
+    __atomic_store_n(&plain_give_back, ngpu <= 1 && (!ngpu || !rkomp_free_sync()),
+                     __ATOMIC_RELAXED);
     __atomic_store_n(&thread_bytes, total / 16, __ATOMIC_RELAXED);
     __atomic_store_n(&defer_mode, m, __ATOMIC_RELEASE);
     return m;
@@ -1084,10 +1100,10 @@ static void pend_thread_exit(tmap_t *m)
  * inline: one visible device (or none), no wait owed, no over-allocation. */
 static inline __attribute__((always_inline)) void slot_give_back(const slot_t *s)
 {
-    int ngpu = rkomp_gpu_count();
     rkomp_block_t b;
-    if (RKOMP_LIKELY(ngpu <= 1 && !(s->meta >> M_BOFF_SHIFT)) &&
-        (!ngpu || !rkomp_free_sync() || !(s->mr->props & RANKMEM_PROP_DEVICE_ACCESSIBLE))) {
+    /* After get_defer_mode: plain_give_back is set. */
+    if (RKOMP_LIKELY(__atomic_load_n(&plain_give_back, __ATOMIC_RELAXED) &&
+                     !(s->meta >> M_BOFF_SHIFT))) {
         rankmem_status_t st = rk_deallocate_checked(s->mr, s->ptr, s->bytes, slot_align(s), NULL);
         if (RKOMP_LIKELY(st == RANKMEM_SUCCESS))
             return;
@@ -1099,17 +1115,27 @@ static inline __attribute__((always_inline)) void slot_give_back(const slot_t *s
     rkomp_give_back(&b, 1);
 }
 
-/* After the free of a block of entry ent: a device's current resource that
- * was replaced goes once its last block does. Allocations notice a
- * replacement at once; frees look every 16th time per thread (counted in
- * its map), which spares most frees a registry lookup. */
-static inline void now_and_then_check(tmap_t *me, int ent)
+/* A device's resource was replaced (on_resource): it goes once its last
+ * block does, so the next free retires its entry (allocations notice a
+ * replacement themselves). */
+static __attribute__((noinline)) void retire_replaced(void)
 {
-    if (RKOMP_LIKELY(ent >= 0 && me) && RKOMP_UNLIKELY((++me->frees & 15u) == 0))
-        rkomp_device_ent_check(ent);
+    if (!__atomic_exchange_n(&dev_changed, 0u, __ATOMIC_ACQ_REL))
+        return;
+    for (int d = 0; d < RKOMP_MAX_DEVICES; d++) {
+        int e = __atomic_load_n(&dev_ent[d], __ATOMIC_ACQUIRE) - 1;
+        if (e >= 0)
+            rkomp_device_ent_check(e);
+    }
 }
 
-int rkomp_map_free(const void *ptr)
+static inline void after_free(void)
+{
+    if (RKOMP_UNLIKELY(__atomic_load_n(&dev_changed, __ATOMIC_RELAXED)))
+        retire_replaced();
+}
+
+static inline __attribute__((always_inline)) int map_free_core(const void *ptr)
 {
     tmap_t *me = my_map;
     if (RKOMP_UNLIKELY(!me))
@@ -1142,15 +1168,23 @@ int rkomp_map_free(const void *ptr)
         }
         if (RKOMP_UNLIKELY(over))
             pend_over(me);
-        now_and_then_check(me, ent);
+        after_free();
         return 1;
     }
     /* Under the lock: see "A block given back at its free". */
     slot_give_back(&s);
     map_unlock(m, md);
     settle_after(ent, s.mr, after);
-    now_and_then_check(me, ent);
+    after_free();
     return 1;
+}
+
+int rkomp_map_free(const void *ptr) { return map_free_core(ptr); }
+
+void rkomp_map_free_or_pass(void *ptr, rkomp_handle_t allocator, int gomp)
+{
+    if (!map_free_core(ptr))
+        rkomp_free_forward(ptr, allocator, gomp);
 }
 
 size_t rkomp_map_flush(const rankmem_resource_t *mr, int *err_p)
@@ -1280,8 +1314,8 @@ static __attribute__((noinline)) void *dev_alloc_tail(const slot_t *s, int ins)
 
 /* The predefined device allocator on its common path, in one function (the
  * general one, serve() and rkomp_alloc_ours, calls four levels deep and
- * checks what is known here): one visible device (or none), an entry made
- * for it, the thread's map made, no over-allocation
+ * checks what is known here): one visible device (or none: dev0_fast), an
+ * entry made for it, the thread's map made, no over-allocation
  * (al is RANKMEM_DEFAULT_ALIGNMENT). Anything else takes the general path,
  * which gives the same result. */
 void *rkomp_dev_alloc(size_t size)
@@ -1293,8 +1327,7 @@ void *rkomp_dev_alloc(size_t size)
     /* Device 0's resource as the registry told (on_resource), and its
      * entry (a hint: the insert checks again, under the map's lock, that
      * it is still in service). */
-    if (RKOMP_UNLIKELY(!m || rkomp_gpu_count() > 1) ||
-        RKOMP_UNLIKELY(!(mr = __atomic_load_n(&dev_mr[0], __ATOMIC_ACQUIRE))) ||
+    if (RKOMP_UNLIKELY(!m || !(mr = __atomic_load_n(&dev0_fast, __ATOMIC_ACQUIRE))) ||
         RKOMP_UNLIKELY((e = __atomic_load_n(&dev_ent[0], __ATOMIC_ACQUIRE) - 1) < 0) ||
         RKOMP_UNLIKELY(__atomic_load_n(&ents[e].mr, __ATOMIC_RELAXED) != mr))
         return rkomp_alloc_ours(a, 1, size, 0, 0);

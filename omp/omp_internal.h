@@ -289,6 +289,12 @@ RKOMP_HIDDEN void rkomp_map_forget(const void *ptr);
  * after a device sync that began after this call (docs/openmp.md,
  * "Deferred release"). */
 RKOMP_HIDDEN int rkomp_map_free(const void *ptr);
+/* rkomp_map_free, then, for a pointer that is not ours after all,
+ * rkomp_free_forward: what omp_free and GOMP_free jump to. */
+RKOMP_HIDDEN void rkomp_map_free_or_pass(void *ptr, rkomp_handle_t allocator, int gomp);
+/* Pass a free on to the runtime's omp_free (gomp: its GOMP_free, when it
+ * has one), with our handles turned into omp_null_allocator (alloc.c). */
+RKOMP_HIDDEN void rkomp_free_forward(void *ptr, rkomp_handle_t allocator, int gomp);
 /* Give back every pending block (of resource mr only, unless NULL) after
  * one sync of each device concerned. Returns how many went back; *err_p
  * (may be NULL) is set to 1 when a device sync failed (they went back

@@ -196,13 +196,15 @@ static void single_thread(rankmem_resource_t *st)
         BAIL_OUT("cannot install a second stats adaptor");
     void *r = omp_alloc(1000, dev);
     rankmem_set_current_resource(st);
+    ok(st2->refcount == 2, "the replaced resource is held for its live block (%lu)",
+       st2->refcount);
+    /* The first free after the swap retires the entry: the block, now
+     * waiting, goes back through its resource before the reference does. */
     omp_free(r, dev);
-    ok(st2->refcount == 2, "the replaced resource is held for its waiting block (%lu)",
-       st2->refcount);
-    omp_free(omp_alloc(64, dev), dev); /* notices the swap: retires the entry */
     ok(stats_of(st2).count_current == 0 && st2->refcount == 1,
-       "once the swap is noticed its waiting block goes back, then the layer's reference (%lu)",
+       "freed after the swap: the block went back, then the layer's reference (%lu)",
        st2->refcount);
+    omp_free(omp_alloc(64, dev), dev);
 
     /* More blocks owing their retired entry wait than one round of
      * give-backs settles (32): all go back, then the reference. */
