@@ -44,12 +44,12 @@
  * lowers `remaining` once it is back) or finds it gone, with
  * rankmem_deallocate over. A block that leaves its map for a pending list
  * (below) is no longer counted: its resource stays alive through the list
- * (drop_ref gives back that resource's pending blocks first), and on the
- * way through a hazard: a thread moving another thread's block to its own
- * list, or giving back a batch, names the resource (or a wildcard) in its
- * hazard field, and whoever drops an entry's reference first waits until
- * no hazard names that resource, gives back its pending blocks, and waits
- * again.
+ * (drop_ref gives back that resource's pending blocks first, and pending
+ * blocks go back under their list's lock), and on the way through a
+ * hazard: a thread moving another thread's block to its own list names
+ * the resource in its hazard field, and whoever drops an entry's
+ * reference first waits until no hazard names that resource, then gives
+ * back its pending blocks.
  *
  * Blocks that cannot use an entry (all RKOMP_NENT in use, or the races
  * above) hold a reference of their own; blocks of the shared managed and

@@ -384,7 +384,7 @@ static inline int rkomp_device_ent(int device, rankmem_resource_t *mr)
 }
 /* Retire entry ent when it is a device's entry and that device's current
  * resource is no longer ent's. Safe at any time (rechecked under the entry
- * lock), so a free calls it after its block went back. */
+ * lock), so the first free after a replacement calls it (retire_replaced). */
 RKOMP_HIDDEN void rkomp_device_ent_check(int ent);
 
 /* ---- giving back (alloc.c, called by blockmap.c) ---- */
