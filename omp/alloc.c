@@ -372,12 +372,17 @@ static inline rkomp_handle_t kmpc_handle(rkomp_handle_t h)
 
 /* ---- omp_free and friends ---- */
 
+/* Whether ptr (not NULL) may be ours. In the grain of this thread's latest
+ * insert the filters would answer "maybe": skip them. */
+static inline int maybe_ours(const void *ptr)
+{
+    return rkomp_own_grain(ptr) || rkomp_map_maybe(ptr);
+}
+
 /* 1 when ptr was ours (now freed, or waiting for a device sync). */
 static inline __attribute__((always_inline)) int our_free(void *ptr)
 {
-    /* In the grain of this thread's latest insert the filters would answer
-     * "maybe": skip them. */
-    return ptr && (rkomp_own_grain(ptr) || rkomp_map_maybe(ptr)) && rkomp_map_free(ptr);
+    return ptr && maybe_ours(ptr) && rkomp_map_free(ptr);
 }
 
 /* What to tell the runtime about a block that is not ours: our handles mean
@@ -401,7 +406,7 @@ void rkomp_free_forward(void *ptr, rkomp_handle_t allocator, int gomp)
 #define FREE_ENTRY(ptr, allocator, gomp, rt_fn)                                                   \
     do {                                                                                          \
         if (RKOMP_LIKELY((ptr) != NULL)) {                                                        \
-            if (rkomp_own_grain(ptr) || rkomp_map_maybe(ptr))                                     \
+            if (maybe_ours(ptr))                                                                  \
                 return rkomp_map_free_or_pass((ptr), (allocator), (gomp));                        \
         } else if (rkomp_in_range(allocator)) {                                                   \
             return;                                                                               \

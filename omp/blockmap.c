@@ -266,25 +266,22 @@ static void map_thread_exit(void *p)
     __atomic_store_n(&m->used, 0u, __ATOMIC_RELEASE);
 }
 
-/* Each device's current resource as the registry last told (borrowed, as
- * from rankmem_get_device_resource; NULL: not known, ask the registry):
- * rkomp_dev_alloc reads it instead of calling into librankmem. */
-static rankmem_resource_t *dev_mr[RKOMP_MAX_DEVICES]; /* atomic */
+/* What the registry tells (on_resource), so that rkomp_dev_alloc need not
+ * call into librankmem: device 0's resource when at most one device is
+ * visible (device 0 is then the current one), else NULL (borrowed, as
+ * from rankmem_get_device_resource; NULL also until told: ask the
+ * registry). */
 static int dev_mr_on; /* the listener is added */
 static unsigned dev_changed; /* atomic: see retire_replaced */
-/* Device 0's resource when at most one device is visible (device 0 is
- * then the current one), else NULL: rkomp_dev_alloc's one test. */
 static rankmem_resource_t *dev0_fast; /* atomic */
 static int one_device;
 
 static void on_resource(int device, rankmem_resource_t *mr, void *arg)
 {
     (void)arg;
-    if (device < 0 || device >= RKOMP_MAX_DEVICES)
-        return;
-    if (__atomic_load_n(&dev_mr[device], __ATOMIC_RELAXED))
-        __atomic_store_n(&dev_changed, 1u, __ATOMIC_RELEASE); /* a replacement */
-    __atomic_store_n(&dev_mr[device], mr, __ATOMIC_RELEASE);
+    /* Maybe a replacement (a first resource too: then the check finds
+     * nothing to retire). */
+    __atomic_store_n(&dev_changed, 1u, __ATOMIC_RELEASE);
     if (device == 0 && one_device)
         __atomic_store_n(&dev0_fast, mr, __ATOMIC_RELEASE);
 }

@@ -23,6 +23,11 @@ RK_HIDDEN rankmem_status_t rk_error(rankmem_status_t status, const char *fmt, ..
 static inline size_t rk_align_up(size_t n, size_t a) { return (n + a - 1) & ~(a - 1); }
 static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
 
+/* Optional ops may be missing from a table written against an older header. */
+#define RK_HAS_OP(mr, field)                                                                    \
+    ((mr)->ops->size >= offsetof(rankmem_resource_ops_t, field) + sizeof((mr)->ops->field) &&   \
+     (mr)->ops->field)
+
 /* Blocks per deallocate_many call (the operation's bound; the public call
  * cuts longer arrays). */
 #define RK_BATCH 256u
@@ -56,10 +61,8 @@ static inline rankmem_status_t rk_deallocate_many(rankmem_resource_t *mr,
                                                   rankmem_stream_t stream,
                                                   rankmem_status_t *status)
 {
-    const rankmem_resource_ops_t *o = mr->ops;
-    if (o->size >= offsetof(rankmem_resource_ops_t, deallocate_many) + sizeof o->deallocate_many &&
-        o->deallocate_many)
-        return o->deallocate_many(mr, blocks, n, stream, status);
+    if (RK_HAS_OP(mr, deallocate_many))
+        return mr->ops->deallocate_many(mr, blocks, n, stream, status);
     rankmem_status_t first = RANKMEM_SUCCESS;
     for (size_t i = 0; i < n; i++) {
         status[i] = rk_deallocate_checked(mr, blocks[i].ptr, blocks[i].bytes, blocks[i].alignment,

@@ -23,6 +23,15 @@ static struct {
 } listeners[RANKMEM_MAX_RESOURCE_LISTENERS]; /* under registry_lock */
 static int nlisteners;
 
+/* Under registry_lock: where (fn, arg) is in listeners, or nlisteners. */
+static int find_listener_locked(rankmem_resource_listener_t fn, const void *arg)
+{
+    int i = 0;
+    while (i < nlisteners && (listeners[i].fn != fn || listeners[i].arg != arg))
+        i++;
+    return i;
+}
+
 /* Under registry_lock: device's resource is now mr. */
 static void notify_locked(int device, rankmem_resource_t *mr)
 {
@@ -185,11 +194,7 @@ rankmem_status_t rankmem_add_resource_listener(rankmem_resource_listener_t fn, v
     if (st != RANKMEM_SUCCESS)
         return st;
     pthread_mutex_lock(&registry_lock);
-    int i;
-    for (i = 0; i < nlisteners; i++)
-        if (listeners[i].fn == fn && listeners[i].arg == arg)
-            break;
-    if (i == nlisteners) {
+    if (find_listener_locked(fn, arg) == nlisteners) {
         if (nlisteners == RANKMEM_MAX_RESOURCE_LISTENERS) {
             pthread_mutex_unlock(&registry_lock);
             return rk_error(RANKMEM_ERR_LIMIT, "rankmem_add_resource_listener: %d listeners already",
@@ -211,10 +216,7 @@ rankmem_status_t rankmem_remove_resource_listener(rankmem_resource_listener_t fn
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
                         "rankmem_remove_resource_listener: NULL function");
     pthread_mutex_lock(&registry_lock);
-    int i;
-    for (i = 0; i < nlisteners; i++)
-        if (listeners[i].fn == fn && listeners[i].arg == arg)
-            break;
+    int i = find_listener_locked(fn, arg);
     if (i < nlisteners) {
         for (; i + 1 < nlisteners; i++)
             listeners[i] = listeners[i + 1];

@@ -97,10 +97,7 @@ rankmem_status_t rankmem_resource_release(rankmem_resource_t *mr)
     return result;
 }
 
-/* Optional ops may be missing from a table written against an older header. */
-#define HAS_OP(mr, field)                                                                       \
-    ((mr)->ops->size >= offsetof(rankmem_resource_ops_t, field) + sizeof((mr)->ops->field) &&   \
-     (mr)->ops->field)
+#define HAS_OP RK_HAS_OP
 
 static inline rankmem_status_t check_alloc_args(rankmem_resource_t *mr, size_t bytes,
                                                 size_t *alignment, void **ptr_p)
