@@ -315,8 +315,8 @@ static void print_leaked(FILE *o, const rr_analysis_t *a, const opts_t *op)
     for (size_t k = 0; k < a->nleaked && k < limit; k++) {
         const rr_rank_t *r = &rep->ranks[a->leaked[k]];
         fprintf(o, "  %6d  %-20s %12s %12llu\n", r->rank, safe(r->host, s1, sizeof s1),
-                rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]),
-                (unsigned long long)r->v[RR_COUNT_CURRENT]);
+                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)),
+                (unsigned long long)rm_value(r, RR_COUNT_CURRENT));
     }
     if (a->nleaked > limit)
         fprintf(o, "  ... %zu more (--all lists them)\n", a->nleaked - limit);
@@ -338,10 +338,10 @@ static void print_top(FILE *o, const rr_analysis_t *a, const opts_t *op)
             snprintf(dv, sizeof dv, "host");
         fprintf(o, "  %6d  %-20s %5d %6s %12s %12s %12s %12llu\n", r->rank,
                 safe(r->host, s1, sizeof s1), r->local_rank, dv,
-                rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_PEAK]),
-                rr_fmt_bytes(b2, sizeof b2, (double)r->v[RR_RESERVED_PEAK]),
-                rr_fmt_bytes(b3, sizeof b3, (double)r->v[RR_BYTES_TOTAL]),
-                (unsigned long long)r->v[RR_COUNT_TOTAL]);
+                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_PEAK)),
+                rr_fmt_bytes(b2, sizeof b2, (double)rm_value(r, RR_RESERVED_PEAK)),
+                rr_fmt_bytes(b3, sizeof b3, (double)rm_value(r, RR_BYTES_TOTAL)),
+                (unsigned long long)rm_value(r, RR_COUNT_TOTAL));
     }
     if (limit < rep->n)
         fprintf(o, "  ... %zu more (--top N, --all)\n", rep->n - limit);
@@ -375,7 +375,7 @@ static void print_histogram(FILE *o, const rr_analysis_t *a, const opts_t *op)
     if (!count)
         return;
     for (size_t i = 0; i < rep->n; i++)
-        count[bucket_of(rep->ranks[i].v[RR_BYTES_PEAK], g->min, g->max, k)]++;
+        count[bucket_of(rm_value(&rep->ranks[i], RR_BYTES_PEAK), g->min, g->max, k)]++;
     size_t cmax = 0;
     for (int b = 0; b < k; b++)
         if (count[b] > cmax)
@@ -463,7 +463,8 @@ static void print_moved(FILE *o, const rr_report_t *old, const rr_report_t *now,
 {
     char b1[32], b2[32], b3[32], b4[32], s1[80];
     for (size_t i = 0; i < nm; i++)
-        m[i].d = (double)now->ranks[m[i].ni].v[field] - (double)old->ranks[m[i].oi].v[field];
+        m[i].d = (double)rm_value(&now->ranks[m[i].ni], field) -
+                 (double)rm_value(&old->ranks[m[i].oi], field);
     qsort(m, nm, sizeof *m, cmp_moved);
     size_t changed = 0;
     for (size_t i = 0; i < nm; i++)
@@ -478,10 +479,10 @@ static void print_moved(FILE *o, const rr_report_t *old, const rr_report_t *now,
     for (size_t i = 0; i < nm && i < limit && m[i].d != 0; i++) {
         const rr_rank_t *a = &old->ranks[m[i].oi], *b = &now->ranks[m[i].ni];
         fprintf(o, "  %6d  %-20s %12s %12s %13s %9s\n", b->rank, safe(b->host, s1, sizeof s1),
-                rr_fmt_bytes(b1, sizeof b1, (double)a->v[field]),
-                rr_fmt_bytes(b2, sizeof b2, (double)b->v[field]),
+                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(a, field)),
+                rr_fmt_bytes(b2, sizeof b2, (double)rm_value(b, field)),
                 delta(b3, sizeof b3, field, m[i].d),
-                pct(b4, sizeof b4, (double)a->v[field], (double)b->v[field]));
+                pct(b4, sizeof b4, (double)rm_value(a, field), (double)rm_value(b, field)));
     }
     if (changed > limit)
         fprintf(o, "  ... %zu more changed (--top N)\n", changed - limit);

@@ -133,7 +133,7 @@ static void make_bins(const rr_report_t *rep, const size_t *order, size_t nbars,
         long double sum = 0;
         for (size_t p = x->first; p < end; p++) {
             const rr_rank_t *r = &rep->ranks[order[p]];
-            uint64_t v = r->v[field];
+            uint64_t v = rm_value(r, field);
             if (x->rmin < 0 || v < x->min || (v == x->min && r->rank < x->rmin)) {
                 x->min = v;
                 x->rmin = r->rank;
@@ -222,11 +222,11 @@ static void panel(FILE *f, const rr_analysis_t *a, const size_t *order, const bi
         double x = ML + (double)b * slot + (slot - bw) / 2;
         if (!binned) {
             const rr_rank_t *r = &rep->ranks[order[b]];
-            double v = (double)r->v[field];
+            double v = (double)rm_value(r, field);
             double y = y_of(v, top, h, s->max);
             fprintf(f, "<rect class=\"%s\" data-rank=\"%d\" data-bytes=\"%llu\" x=\"%.2f\" "
                        "y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"><title>rank %d on ",
-                    cls, r->rank, (unsigned long long)r->v[field], x, y, bw, top + h - y,
+                    cls, r->rank, (unsigned long long)rm_value(r, field), x, y, bw, top + h - y,
                     r->rank);
             xml_text(f, r->host);
             fprintf(f, ": %s %s</title></rect>\n", rr_field_label(a, field),
@@ -595,9 +595,9 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
         else
             snprintf(b1, sizeof b1, "host");
         td_num(f, b1);
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_PEAK]));
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_RESERVED_PEAK]));
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_PEAK)));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_RESERVED_PEAK)));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)));
         fputs("</tr>\n", f);
     }
     fputs("</table>\n", f);
@@ -615,8 +615,8 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
             snprintf(b1, sizeof b1, "%d", r->rank);
             td_num(f, b1);
             td_text(f, r->host);
-            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]));
-            snprintf(b1, sizeof b1, "%llu", (unsigned long long)r->v[RR_COUNT_CURRENT]);
+            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)));
+            snprintf(b1, sizeof b1, "%llu", (unsigned long long)rm_value(r, RR_COUNT_CURRENT));
             td_num(f, b1);
             fputs("</tr>\n", f);
         }
