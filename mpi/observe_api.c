@@ -5,6 +5,8 @@
 #include "plugin.h"
 #include "recorder.h"
 
+#include <string.h>
+
 static const rk_obs_kind_t kinds[] = {
     [RANKMEM_MPI_MEM_DEVICE] = RK_OBS_DEVICE,
     [RANKMEM_MPI_MEM_MANAGED] = RK_OBS_MANAGED,
@@ -41,3 +43,26 @@ rankmem_status_t rankmem_mpi_phase(const char *name)
     rk_obs_phase(name);
     return RANKMEM_SUCCESS;
 }
+
+/* Fortran: CALL RANKMEM_MPI_PHASE('solve') with no interface block: the
+ * compilers pass the string's length after the arguments and pad it with
+ * blanks, which do not belong to the name. No status comes back (a phase
+ * mark that cannot be taken is no error of the program's). */
+RK_MPI_EXPORT void rankmem_mpi_phase_(const char *name, size_t len);
+RK_MPI_EXPORT void rankmem_mpi_phase__(const char *name, size_t len);
+
+void rankmem_mpi_phase_(const char *name, size_t len)
+{
+    char buf[RK_OBS_PHASE_NAME];
+    if (!name)
+        return;
+    while (len && name[len - 1] == ' ')
+        len--;
+    if (len >= sizeof buf)
+        len = sizeof buf - 1;
+    memcpy(buf, name, len);
+    buf[len] = 0;
+    (void)rankmem_mpi_phase(buf);
+}
+
+void rankmem_mpi_phase__(const char *name, size_t len) { rankmem_mpi_phase_(name, len); }

@@ -14,6 +14,8 @@
 
 #include "../tap.h"
 
+void rankmem_mpi_phase_(const char *name, size_t len);
+
 static uint64_t fake_t;
 static uint64_t fake_clock(void) { return fake_t; }
 
@@ -382,6 +384,9 @@ static void test_public(void)
            rankmem_mpi_phase("") == RANKMEM_ERR_INVALID_ARGUMENT,
        "phase without a name");
     ok(rankmem_mpi_phase("p") == RANKMEM_SUCCESS, "phase");
+    rankmem_mpi_phase_("solve   ", 8); /* as gfortran passes 'solve   ' */
+    rk_obs_phase_t ph[4];
+    ok(rk_obs_phases(ph, 4) == 3 && !strcmp(ph[2].name, "solve"), "the Fortran entry trims blanks");
     rk_obs_summary_t s;
     rk_obs_summary(&s);
     ok(s.program[RK_OBS_VMM].current == 8 && s.program_gpu.current == 8, "counted as vmm");
@@ -401,7 +406,7 @@ static void test_public(void)
 
 int main(void)
 {
-    tap_plan(66);
+    tap_plan(67);
     test_counts();
     test_sites();
     test_bounds();
