@@ -14,9 +14,16 @@
  *                   leaks 1 MiB on even ranks: two call sites
  *   a free of a pointer never seen (an unmatched free).
  * Pauses between the steps give the timeline its shape. Bad input is
- * checked here; each rank prints "RESULT rank=R bad_input=ok|FAILED". */
+ * checked here; each rank prints "RESULT rank=R bad_input=ok|FAILED ...".
+ *
+ * Built with the plugin's sources (as tests/mpi/record is), so that where
+ * nothing started the recorder at MPI_Init (a plugin whose RANKMEM_OBSERVE
+ * does not start it without a GPU) the program starts it itself: the
+ * report is what is tested here, whoever fed the recorder. */
 #include <rankmem.h>
 #include <rankmem_mpi.h>
+
+#include "recorder.h"
 
 #include <mpi.h>
 #include <stdint.h>
@@ -70,6 +77,14 @@ int main(int argc, char **argv)
     MPI_Comm_size(MPI_COMM_WORLD, &size);
     size_t r1 = (size_t)rank + 1;
 
+    int started_here = 0;
+    if (!rk_obs_enabled()) {
+        rk_obs_config_t cfg = {0};
+        cfg.backtrace_depth = 8;
+        started_here = rk_obs_init(&cfg) == 0;
+        rk_obs_set_state(RK_OBS_UNAVAILABLE, "no GPU (recorder started by observe_prog)");
+    }
+
     /* Bad input: a clear status, nothing recorded. */
     int bad_ok = rankmem_mpi_observe_alloc(NULL, 100, RANKMEM_MPI_MEM_DEVICE) != RANKMEM_SUCCESS &&
                  rankmem_mpi_phase(NULL) != RANKMEM_SUCCESS;
@@ -99,8 +114,8 @@ int main(int argc, char **argv)
     (void)rankmem_mpi_observe_free(fake(0x999)); /* never seen: unmatched */
     pause_ms(60);
 
-    fprintf(stderr, "RESULT rank=%d bad_input=%s feeding=%s\n", rank, bad_ok ? "ok" : "FAILED",
-            failed ? "FAILED" : "ok");
+    fprintf(stderr, "RESULT rank=%d bad_input=%s feeding=%s started_here=%d\n", rank,
+            bad_ok ? "ok" : "FAILED", failed ? "FAILED" : "ok", started_here);
     MPI_Finalize();
     return 0;
 }
