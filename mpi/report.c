@@ -1112,6 +1112,10 @@ static void json_report(sbuf_t *b, const analysis_t *a)
                   (unsigned long long)nd->peak_max, nd->peak_max_rank,
                   (unsigned long long)nd->leaked_sum, (unsigned long long)nd->total_sum,
                   (unsigned long long)nd->reserved_sum);
+        sb_printf(b, ", \"observed_gpu_peak_sum\": %llu, \"observed_gpu_peak_max\": %llu, "
+                     "\"observed_gpu_peak_max_rank\": %d",
+                  (unsigned long long)nd->obs_peak_sum, (unsigned long long)nd->obs_peak_max,
+                  nd->obs_peak_max_rank);
         if (nd->ndevices)
             sb_printf(b, ", \"dev_total\": %llu, \"dev_free_init_min\": %llu, "
                          "\"dev_free_final_min\": %llu}",

@@ -162,6 +162,11 @@ def tests(top):
        agg["min_rank"] == 0 and abs(agg["mean"] - sum(peaks) / NP) < 1e-6,
        "aggregates.observed_gpu_peak: min/max(rank)/mean over ranks")
 
+    nodes = doc["nodes"]
+    ok(len(nodes) >= 1 and sum(n["observed_gpu_peak_sum"] for n in nodes) == sum(peaks) and
+       max(n["observed_gpu_peak_max"] for n in nodes) == max(peaks),
+       "nodes: observed GPU peak sum and max per node")
+
     # leaks by call site
     leaks = doc.get("leaks", [])
     ok(len(leaks) == 2, "two leak sites across ranks (%d)" % len(leaks))
