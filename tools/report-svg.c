@@ -833,6 +833,45 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     if (a->nnodes > nshow)
         fprintf(f, "<p>... and %zu more nodes (rankmem-report prints them all with --all).</p>\n",
                 a->nnodes - nshow);
+    if (a->agg[RR_OBS_GPU_PEAK].max > 0 || rep->schema >= 2) {
+        /* observed vs served, the ranks of the largest observed peaks */
+        size_t lim = rep->n < 10 ? rep->n : 10, shown[10];
+        size_t ns = 0;
+        for (size_t k = 0; k < lim; k++) {
+            size_t best = rep->n;
+            for (size_t i = 0; i < rep->n; i++) {
+                int taken = 0;
+                for (size_t j = 0; j < ns; j++)
+                    taken |= shown[j] == i;
+                if (taken)
+                    continue;
+                if (best == rep->n || rep->ranks[i].obs.gpu.peak > rep->ranks[best].obs.gpu.peak)
+                    best = i;
+            }
+            if (best == rep->n)
+                break;
+            shown[ns++] = best;
+        }
+        fputs("<h2 id=\"observed\">observed device memory (largest observed peaks)</h2>\n<table>\n"
+              "<tr><th class=\"num\">rank</th><th>state</th><th class=\"num\">observed</th>"
+              "<th class=\"num\">peak</th><th class=\"num\">served</th><th class=\"num\">"
+              "served peak</th><th class=\"num\">rankmem's peak</th></tr>\n", f);
+        for (size_t k = 0; k < ns; k++) {
+            const rr_rank_t *r = &rep->ranks[shown[k]];
+            fputs("<tr>", f);
+            snprintf(b1, sizeof b1, "%d", r->rank);
+            td_num(f, b1);
+            td_text(f, r->obs.state == RM_OBS_ON ? "on" : r->obs.why[0] ? r->obs.why
+                                                                       : rm_state_name(r->obs.state));
+            td_num(f, rr_fmt_bytes(b2, sizeof b2, (double)r->obs.gpu.current));
+            td_num(f, rr_fmt_bytes(b3, sizeof b3, (double)r->obs.gpu.peak));
+            td_num(f, rr_fmt_bytes(b4, sizeof b4, (double)r->obs.served.current));
+            td_num(f, rr_fmt_bytes(b5, sizeof b5, (double)r->obs.served.peak));
+            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->obs.rankmem_peak));
+            fputs("</tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
     if (rep->has_leaks) {
         fprintf(f, "<h2 id=\"leak-sites\">leaks by call site (%zu)</h2>\n", rep->nleaks);
         if (!rep->nleaks)

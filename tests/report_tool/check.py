@@ -621,8 +621,8 @@ def test_schema2():
         ET.parse(html)
         with open(html) as f:
             h = f.read()
-        ok('id="leak-sites"' in h and 'id="phases"' in h and 'id="heatmap"' in h,
-           "HTML: leaks by call site, phases, the heat map")
+        ok('id="leak-sites"' in h and 'id="phases"' in h and 'id="heatmap"' in h and
+           'id="observed"' in h, "HTML: observed memory, leaks by call site, phases, the heat map")
     except Exception as e:  # noqa: BLE001
         ok(False, "HTML well-formed (%s)" % e)
     # a few ranks: one curve each
