@@ -252,6 +252,20 @@ def tests(top):
     ok(re.search(r"\n  .+: 4 of 4 ranks, 512\.00 KiB in 8 blocks", text) is not None and
        re.search(r"\n  .+: 2 of 4 ranks, 2\.00 MiB in 2 blocks", text) is not None,
        "text: leaks by call site with rank counts and bytes")
+    # rankmem-report reads what the plugin wrote (one field table for both)
+    tool = os.path.join(builddir, "tools", "rankmem-report")
+    if os.path.exists(tool):
+        p = subprocess.run([tool, os.path.join(top, "r.json"), "--all"], capture_output=True,
+                           text=True, timeout=120)
+        want_sites = [l for l in text.splitlines() if re.match(r"  .+: \d+ of 4 ranks, ", l)]
+        got_sites = [l for l in p.stdout.splitlines() if re.match(r"  .+: \d+ of 4 ranks, ", l)]
+        ok(p.returncode == 0 and want_sites and got_sites == want_sites and
+           "observed device memory" in p.stdout and "\n  solve " in p.stdout,
+           "rankmem-report reads the plugin's schema-2 report: the same leak sites, phases")
+        if p.returncode:
+            diag(p.stderr)
+    else:
+        ok(True, "# SKIP rankmem-report not built")
     if failed:
         diag(text[-4000:])
 
