@@ -20,6 +20,7 @@
  * nothing started the recorder at MPI_Init (a plugin whose RANKMEM_OBSERVE
  * does not start it without a GPU) the program starts it itself: the
  * report is what is tested here, whoever fed the recorder. */
+#define _POSIX_C_SOURCE 200809L /* nanosleep */
 #include <rankmem.h>
 #include <rankmem_mpi.h>
 
