@@ -521,22 +521,23 @@ uint64_t rm_site_hash(const char *text)
 void rm_timeline_resample(const uint64_t *t_ns, const uint64_t *bytes, size_t n,
                           uint64_t t_end_ns, uint64_t out[RM_TIMELINE_BUCKETS])
 {
-    int have[RM_TIMELINE_BUCKETS] = {0};
-    memset(out, 0, sizeof(uint64_t) * RM_TIMELINE_BUCKETS);
-    for (size_t i = 0; i < n; i++) {
-        size_t k = t_end_ns ? (size_t)((long double)t_ns[i] * RM_TIMELINE_BUCKETS / t_end_ns)
-                            : 0;
-        if (k >= RM_TIMELINE_BUCKETS)
-            k = RM_TIMELINE_BUCKETS - 1;
-        if (!have[k] || bytes[i] > out[k])
-            out[k] = bytes[i];
-        have[k] = 1;
-    }
-    uint64_t last = 0;
+    /* A sample holds the most bytes from its time to the next sample's: a
+     * bucket gets the most of the samples in it and of the one running
+     * into it from before; a bucket without a sample, that one's. */
+    uint64_t prev = 0;
+    size_t i = 0;
     for (size_t k = 0; k < RM_TIMELINE_BUCKETS; k++) {
-        if (have[k])
-            last = out[k];
-        else
-            out[k] = last;
+        uint64_t v = prev;
+        while (i < n) {
+            size_t b = t_end_ns ? (size_t)((long double)t_ns[i] * RM_TIMELINE_BUCKETS / t_end_ns)
+                                : 0;
+            if (b > k && k + 1 < RM_TIMELINE_BUCKETS)
+                break;
+            if (bytes[i] > v)
+                v = bytes[i];
+            prev = bytes[i];
+            i++;
+        }
+        out[k] = v;
     }
 }

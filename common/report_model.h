@@ -201,9 +201,11 @@ int rm_state_parse(const char *s);
 /* FNV-1a 64 of a site's text: its identity across ranks. */
 uint64_t rm_site_hash(const char *text);
 
-/* Resamples samples (t_ns ascending, each the most bytes in its interval)
- * to RM_TIMELINE_BUCKETS buckets over [0, t_end_ns]: the max of the
- * samples within a bucket, the last value carried into empty buckets. */
+/* Resamples samples (t_ns ascending, each the most bytes from its time to
+ * the next sample's) to RM_TIMELINE_BUCKETS buckets over [0, t_end_ns]:
+ * a bucket holds the max of the samples within it and of the sample
+ * running into it; an empty bucket, the last sample's value. Samples past
+ * t_end_ns count in the last bucket. */
 void rm_timeline_resample(const uint64_t *t_ns, const uint64_t *bytes, size_t n,
                           uint64_t t_end_ns, uint64_t out[RM_TIMELINE_BUCKETS]);
 
