@@ -21,6 +21,9 @@ Checks (each may be repeated):
                           reserved bytes, a stencil's field sizes)
   --same OTHER PATH       PATH has the same value on every rank here as in the
                           report OTHER (a run of the same program, another way)
+  --timeline              every rank's timeline ("timeline"."bytes"[rank]) peaks
+                          at its observed.gpu.peak
+  --phase NAME PEAK       the phase NAME ("phases") has peak_min == peak_max == PEAK
 """
 import json
 import sys
@@ -79,7 +82,7 @@ def compare(got, op, want):
     passed = {"==": got == w, "!=": got != w, ">=": got >= w, "<=": got <= w,
               ">": got > w, "<": got < w}.get(op)
     if passed is None:
-        raise SystemExit("check.py: unknown operator %r" % op)
+        usage_error("unknown operator %r" % op)
     return passed, "%s %s" % (op, human(w))
 
 
@@ -114,6 +117,11 @@ def check_ranks(label, ranks, which, path, op, want):
     return tap(not bad, text)
 
 
+def usage_error(text):
+    sys.stderr.write("check.py: %s (see --help)\n" % text)
+    raise SystemExit(2)
+
+
 def main(argv):
     if len(argv) < 2 or argv[1] in ("-h", "--help"):
         print(__doc__)
@@ -125,15 +133,15 @@ def main(argv):
     checks = []
     i = 0
     arity = {"--rank": 3, "--job": 3, "--leak": 3, "--expect-out": 1, "--same": 2,
-             "--np": 1, "--label": 1}
+             "--np": 1, "--label": 1, "--timeline": 0, "--phase": 2}
     while i < len(args):
         a = args[i]
         n = arity.get(a)
         if n is None:
-            raise SystemExit("check.py: bad argument %r (see --help)" % a)
+            usage_error("bad argument %r" % a)
         vals = args[i + 1:i + 1 + n]
         if len(vals) != n:
-            raise SystemExit("check.py: %s takes %d value(s)" % (a, n))
+            usage_error("%s takes %d value(s)" % (a, n))
         if a == "--np":
             np_ = int(vals[0])
         elif a == "--label":
@@ -208,6 +216,32 @@ def main(argv):
             if not found:
                 tap(False, "%s: the program printed its expectations (EXPECT lines in %s)" %
                     (label, vals[0]))
+        elif kind == "--timeline":
+            tl = report.get("timeline")
+            rows = tl.get("bytes") if isinstance(tl, dict) else None
+            if not isinstance(rows, list) or len(rows) != len(ranks):
+                tap(False, "%s: the report has a timeline with a row per rank" % label)
+                continue
+            bad = []
+            for r in every:
+                try:
+                    want = get(ranks[r], "observed.gpu.peak")
+                except KeyError:
+                    bad.append("rank %d: no observed.gpu.peak" % r)
+                    continue
+                got = max(rows[r]) if rows[r] else 0
+                if got != want:
+                    bad.append("rank %d: %s, peak %s" % (r, human(got), human(want)))
+            tap(not bad, "%s: each rank's timeline peaks at its observed.gpu.peak%s" % (
+                label, " -- " + "; ".join(bad[:4]) if bad else ""))
+        elif kind == "--phase":
+            name, want = vals[0], int(vals[1])
+            phases = report.get("phases")
+            hit = [p for p in phases if p.get("name") == name] if isinstance(phases, list) else []
+            good = hit and hit[0].get("peak_min") == want and hit[0].get("peak_max") == want
+            tap(bool(good), "%s: phase %r peaks at %s on every rank%s" % (
+                label, name, human(want), "" if good else " -- phases: %s" % json.dumps(
+                    [(p.get("name"), p.get("peak_min"), p.get("peak_max")) for p in phases or []][:8])))
         elif kind == "--same":
             other_path, path = vals
             try:

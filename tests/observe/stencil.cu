@@ -10,7 +10,11 @@
  * allocations, so the report's device peak on every rank is exactly
  * 2 * (ROWS + 2) * COLS * 8 bytes (printed as an EXPECT line for
  * tests/observe/check.py). At the end rank 0 gathers the field and compares
- * it with the same iteration done on the CPU. */
+ * it with the same iteration done on the CPU.
+ *
+ * Phases are marked as any MPI code may, with MPI_Pcontrol(3, label) (a
+ * no-op without a tool): "solve" while both fields are live, "check" once
+ * they are freed. */
 #include <math.h>
 #include <string.h>
 
@@ -79,6 +83,7 @@ int main(int argc, char **argv)
     int up = rank > 0 ? rank - 1 : MPI_PROC_NULL;
     int down = rank < size - 1 ? rank + 1 : MPI_PROC_NULL;
     dim3 block(128), grid((cols + 127) / 128, rows);
+    MPI_Pcontrol(3, "solve");
     for (int s = 0; s < steps; s++) {
         /* Halo exchange on device pointers: first row up, last row down. */
         if (s % 2 == 0) {
@@ -108,6 +113,7 @@ int main(int argc, char **argv)
     CK(cudaMemcpy(h, u, bytes, cudaMemcpyDeviceToHost));
     CK(cudaFree(u));
     CK(cudaFree(v));
+    MPI_Pcontrol(3, "check");
     int grows = rows * size;
     double *all = NULL;
     if (rank == 0) {
