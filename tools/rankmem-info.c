@@ -125,12 +125,11 @@ static int is_file(const char *path) { return path[0] && access(path, R_OK) == 0
  * -1 could not tell. */
 static int ompi_info_cuda(const char *ompi_info, char *how, size_t cap)
 {
-    if (!ompi_info[0] || access(ompi_info, X_OK) != 0)
+    /* A path with a quote is not worth quoting: configure's answer then. */
+    if (!ompi_info[0] || strchr(ompi_info, '\'') || access(ompi_info, X_OK) != 0)
         return -1;
     char cmd[4200];
     snprintf(cmd, sizeof cmd, "'%s' --parsable --all 2>/dev/null", ompi_info);
-    if (strchr(ompi_info, '\'')) /* not worth quoting: use configure's answer */
-        return -1;
     FILE *f = popen(cmd, "r");
     if (!f)
         return -1;
