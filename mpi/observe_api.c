@@ -21,7 +21,8 @@ rankmem_status_t rankmem_mpi_observe_alloc(const void *ptr, size_t bytes,
         return RANKMEM_ERR_INVALID_ARGUMENT;
     if (!rk_obs_enabled())
         return RANKMEM_ERR_NOT_SUPPORTED;
-    rk_obs_alloc(kinds[kind], RK_OBS_PROGRAM, RK_OBS_API_OTHER, (uintptr_t)ptr, bytes);
+    rk_obs_alloc_from(kinds[kind], RK_OBS_PROGRAM, RK_OBS_API_OTHER, (uintptr_t)ptr, bytes,
+                      __builtin_return_address(0));
     return RANKMEM_SUCCESS;
 }
 

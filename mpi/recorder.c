@@ -25,7 +25,7 @@
 __thread int rk_obs_internal_depth;
 
 static const char *const api_names[RK_OBS_NAPIS] = {
-    [RK_OBS_API_OTHER] = "other",
+    [RK_OBS_API_OTHER] = "allocation",
     [RK_OBS_API_CUDA_MALLOC] = "cudaMalloc",
     [RK_OBS_API_CUDA_MALLOC_ASYNC] = "cudaMallocAsync",
     [RK_OBS_API_CUDA_MALLOC_FROM_POOL_ASYNC] = "cudaMallocFromPoolAsync",
@@ -489,9 +489,9 @@ static __attribute__((noinline)) int capture(void **out, int depth, void *from)
         want = (int)(sizeof raw / sizeof raw[0]);
     int n = backtrace(raw, want);
     int first = 0;
-    while (first < n && first < 4 && raw[first] != from)
+    while (first < n && first < 6 && raw[first] != from)
         first++;
-    if (first == n || first == 4)
+    if (first == n || first == 6)
         first = 2;
     int k = 0;
     for (int i = first; i < n && k < depth; i++)
@@ -548,8 +548,8 @@ static int valid(rk_obs_kind_t kind, rk_obs_source_t src, uintptr_t ptr, uint64_
     return ptr && bytes && (unsigned)kind < RK_OBS_NKINDS && (unsigned)src < RK_OBS_NSOURCES;
 }
 
-void rk_obs_alloc(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api, uintptr_t ptr,
-                  uint64_t bytes)
+static inline void alloc_from(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api,
+                              uintptr_t ptr, uint64_t bytes, void *from)
 {
     if (!rk_obs_enabled() || !valid(kind, src, ptr, bytes))
         return;
@@ -557,11 +557,23 @@ void rk_obs_alloc(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api, uin
     int n = 0;
     /* Frames are taken outside the lock: unwinding is the slow part. */
     if (R.cfg.backtrace_depth > 0 && src != RK_OBS_RANKMEM)
-        n = capture(frames, R.cfg.backtrace_depth, __builtin_return_address(0));
+        n = capture(frames, R.cfg.backtrace_depth, from);
     pthread_mutex_lock(&R.lock);
     if (R.enabled)
         record(kind, src, api, ptr, bytes, frames, n);
     pthread_mutex_unlock(&R.lock);
+}
+
+void rk_obs_alloc(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api, uintptr_t ptr,
+                  uint64_t bytes)
+{
+    alloc_from(kind, src, api, ptr, bytes, __builtin_return_address(0));
+}
+
+void rk_obs_alloc_from(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api, uintptr_t ptr,
+                       uint64_t bytes, void *from)
+{
+    alloc_from(kind, src, api, ptr, bytes, from);
 }
 
 void rk_obs_alloc_at(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api, uintptr_t ptr,

@@ -115,6 +115,11 @@ RK_MPI_HIDDEN extern __thread int rk_obs_internal_depth;
  * A ptr already live is first freed (a missed free). ptr 0 or bytes 0: ignored. */
 RK_MPI_HIDDEN void rk_obs_alloc(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api,
                                 uintptr_t ptr, uint64_t bytes);
+/* rk_obs_alloc for a caller that is itself an entry point (the public
+ * rankmem_mpi_observe_alloc): the call site starts at `from`, its caller's
+ * return address, not at its own frame. */
+RK_MPI_HIDDEN void rk_obs_alloc_from(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api,
+                                     uintptr_t ptr, uint64_t bytes, void *from);
 /* The same with the call site given (tests, sources that have frames). */
 RK_MPI_HIDDEN void rk_obs_alloc_at(rk_obs_kind_t kind, rk_obs_source_t src, rk_obs_api_t api,
                                    uintptr_t ptr, uint64_t bytes, void *const *frames,

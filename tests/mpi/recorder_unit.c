@@ -360,8 +360,29 @@ static void test_threads(void)
     rk_obs_fini();
 }
 
+static __attribute__((noinline)) void my_allocator(void *p)
+{
+    rankmem_mpi_observe_alloc(p, 512, RANKMEM_MPI_MEM_DEVICE);
+    __asm__ volatile("" ::: "memory");
+}
+
 static void test_public(void)
 {
+    {
+        rk_obs_config_t c = {0};
+        c.backtrace_depth = 4;
+        rk_obs_init(&c);
+        my_allocator((void *)0x4000);
+        rk_obs_site_t site;
+        char text[256];
+        ok(rk_obs_live_sites(&site, 1) == 1, "the public call records a site");
+        rk_obs_site_text(&site, text, sizeof text);
+        diag("%s", text);
+        ok(strstr(text, "my_allocator") && !strstr(text, "observe_api") &&
+               !strncmp(text, "allocation at ", 14),
+           "its site is the caller, not the entry point");
+        rk_obs_fini();
+    }
     ok(rankmem_mpi_observe_alloc((void *)0x10, 8, RANKMEM_MPI_MEM_DEVICE) ==
            RANKMEM_ERR_NOT_SUPPORTED,
        "observe_alloc while off: not supported");
@@ -406,7 +427,7 @@ static void test_public(void)
 
 int main(void)
 {
-    tap_plan(67);
+    tap_plan(69);
     test_counts();
     test_sites();
     test_bounds();
