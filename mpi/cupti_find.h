@@ -37,15 +37,38 @@
 #define RANKMEM_CUPTI_SONAME "libcupti.so.13"
 #endif
 
-/* Appends "; " and a formatted note to why (cap bytes, always terminated). */
+/* Appends s to dst (cap bytes), cutting it where dst is full; always
+ * terminated. */
+static inline void rk_cupti_append_(char *dst, size_t cap, const char *s)
+{
+    size_t n = strnlen(dst, cap);
+    if (n >= cap)
+        return;
+    size_t len = strlen(s);
+    if (len > cap - 1 - n)
+        len = cap - 1 - n;
+    memcpy(dst + n, s, len);
+    dst[n + len] = '\0';
+}
+
+static inline void rk_cupti_copy_(char *dst, size_t cap, const char *s)
+{
+    if (!dst || !cap)
+        return;
+    dst[0] = '\0';
+    rk_cupti_append_(dst, cap, s);
+}
+
+/* Appends "; WHAT: DETAIL" to why (cap bytes, always terminated). */
 static inline void rk_cupti_note_(char *why, size_t cap, const char *what, const char *detail)
 {
     if (!why || cap == 0)
         return;
-    size_t n = strnlen(why, cap);
-    if (n >= cap - 1)
-        return;
-    snprintf(why + n, cap - n, "%s%s: %s", n ? "; " : "", what, detail ? detail : "not loaded");
+    if (why[0])
+        rk_cupti_append_(why, cap, "; ");
+    rk_cupti_append_(why, cap, what);
+    rk_cupti_append_(why, cap, ": ");
+    rk_cupti_append_(why, cap, detail ? detail : "not loaded");
 }
 
 /* dlopen(file) that counts only a real CUPTI. Returns the handle or NULL,
@@ -103,8 +126,7 @@ static inline void *rk_cupti_try_dir_(const char *dir, const char *const *subs, 
             continue;
         void *h = rk_cupti_try_(file, why, wcap);
         if (h) {
-            if (path && pcap)
-                snprintf(path, pcap, "%s", file);
+            rk_cupti_copy_(path, pcap, file);
             return h;
         }
     }
@@ -125,14 +147,17 @@ static inline void *rk_cupti_dlopen(char *path, size_t pcap, char *why, size_t w
 
     const char *env = getenv("RANKMEM_CUPTI_LIB");
     if (env && *env) {
-        h = rk_cupti_try_(env, why, wcap);
-        if (h && path && pcap)
-            snprintf(path, pcap, "%s", env);
-        if (!h && why && wcap) {
-            /* Say that the explicit choice is why nothing else was tried. */
-            char tmp[512];
-            snprintf(tmp, sizeof tmp, "RANKMEM_CUPTI_LIB=%s", why);
-            snprintf(why, wcap, "%s", tmp);
+        /* An explicit choice: its failure is the answer (noted as
+         * RANKMEM_CUPTI_LIB=FILE: reason), nothing else is tried. */
+        char what[4096] = "RANKMEM_CUPTI_LIB=";
+        rk_cupti_append_(what, sizeof what, env);
+        char reason[4352] = "";
+        h = rk_cupti_try_(env, reason, sizeof reason);
+        if (h) {
+            rk_cupti_copy_(path, pcap, env);
+        } else if (why && wcap) {
+            size_t skip = strlen(env) + 2; /* try_ wrote "FILE: reason" */
+            rk_cupti_note_(why, wcap, what, strlen(reason) > skip ? reason + skip : reason);
         }
         return h;
     }
@@ -144,9 +169,9 @@ static inline void *rk_cupti_dlopen(char *path, size_t pcap, char *why, size_t w
             /* The file the loader picked, for the user and for rankmem-info. */
             struct link_map *lm = NULL;
             if (dlinfo(h, RTLD_DI_LINKMAP, &lm) == 0 && lm && lm->l_name && lm->l_name[0])
-                snprintf(path, pcap, "%s", lm->l_name);
+                rk_cupti_copy_(path, pcap, lm->l_name);
             else
-                snprintf(path, pcap, "%s", *n);
+                rk_cupti_copy_(path, pcap, *n);
         }
     }
     if (h)
