@@ -20,6 +20,9 @@
  * (whenever it comes, after MPI_Finalize too: the rank's resource is never
  * released); any other, cudaFree(NULL) included, goes to CUDA.
  *
+ * cudaStreamDestroy is wrapped too: the pool must forget a stream before
+ * CUDA destroys it (blocks freed on it wait in a list of that stream).
+ *
  * cudaIpcGetMemHandle of a served pointer is refused (cudaErrorInvalidValue
  * and a one-time message): the handle would describe the pool's chunk, so
  * the importer would map the chunk's base, not the block. docs/observe.md
@@ -120,6 +123,7 @@ typedef cudaError_t (*malloc_async_fn)(void **, size_t, cudaStream_t);
 typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
 typedef cudaError_t (*ipc_fn)(cudaIpcMemHandle_t *, void *);
 typedef cudaError_t (*get_device_fn)(int *);
+typedef cudaError_t (*stream_destroy_fn)(cudaStream_t);
 
 static struct {
     malloc_fn malloc;
@@ -128,6 +132,7 @@ static struct {
     free_async_fn free_async, free_async_ptsz;
     ipc_fn ipc_get;
     get_device_fn get_device;
+    stream_destroy_fn stream_destroy;
 } real;
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 
@@ -143,6 +148,7 @@ static void resolve(void)
     real.free_async_ptsz = (free_async_fn)dlsym(RTLD_NEXT, "cudaFreeAsync_ptsz");
     real.ipc_get = (ipc_fn)dlsym(RTLD_NEXT, "cudaIpcGetMemHandle");
     real.get_device = (get_device_fn)dlsym(RTLD_NEXT, "cudaGetDevice");
+    real.stream_destroy = (stream_destroy_fn)dlsym(RTLD_NEXT, "cudaStreamDestroy");
     if (!nranges)
         dl_iterate_phdr(find_ours, NULL);
 }
@@ -328,6 +334,24 @@ RK_MPI_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
     if (!real.free_async_ptsz)
         return cudaErrorInitializationError;
     return real.free_async_ptsz(devPtr, stream);
+}
+
+/* The pool keeps blocks freed on a stream in a list of that stream, with
+ * an event recorded on it; a destroyed stream (whose handle CUDA may give
+ * to the next stream created) must leave the pool first. An unmodified
+ * program does not know to call rankmem_resource_forget_stream: done here,
+ * once anything was served (the pool waits for the stream's work if it
+ * holds blocks of it; otherwise it is a look in each shard). */
+RK_MPI_EXPORT cudaError_t cudaStreamDestroy(cudaStream_t stream)
+{
+    need_real();
+    rankmem_resource_t *mr;
+    if (stream && __atomic_load_n(&n_served, __ATOMIC_RELAXED) && (mr = rankmem_mpi_resource()) &&
+        rankmem_resource_forget_stream(mr, (rankmem_stream_t)stream) != RANKMEM_SUCCESS)
+        rankmem_clear_error(); /* a chain without per-stream lists: nothing to forget */
+    if (!real.stream_destroy)
+        return cudaErrorInitializationError;
+    return real.stream_destroy(stream);
 }
 
 RK_MPI_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *devPtr)

@@ -1,6 +1,6 @@
 /* rankmem MPI plugin: what init.c, bind.c, gpu.c, timing.c, alloc_mem.c,
- * fortran.c, observe.c and intercept.c share (not installed; every symbol hidden). The record and the
- * report's entry points are in mpi_internal.h. */
+ * fortran.c, observe.c and intercept.c share (not installed; every symbol
+ * hidden). The record and the report's entry points are in mpi_internal.h. */
 #ifndef RANKMEM_MPI_PLUGIN_H
 #define RANKMEM_MPI_PLUGIN_H
 
