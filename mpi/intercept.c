@@ -240,26 +240,37 @@ static int unserve(void *ptr, cudaStream_t stream)
     return 1;
 }
 
-static cudaError_t forward_malloc(rk_icpt_route_t why, void **devPtr, size_t size)
+/* A call from librankmem*.so is rankmem's own allocation, wherever it
+ * comes from (the rank chain raises the depth itself; staging, sharing and
+ * the OpenMP layer need not): observation records it as RK_OBS_RANKMEM. */
+static cudaError_t forward_malloc(rk_icpt_route_t why, const void *ra, void **devPtr, size_t size)
 {
-    __atomic_fetch_add(&n_forwarded[why], 1, __ATOMIC_RELAXED);
+    if (why != RK_ICPT_FWD_OFF) /* serving off: not even a shared counter on the way */
+        __atomic_fetch_add(&n_forwarded[why], 1, __ATOMIC_RELAXED);
     if (!real.malloc)
         return cudaErrorInitializationError; /* no CUDA runtime in the process */
+    int ours = caller_is_rankmem(ra);
+    rk_obs_internal_depth += ours;
     rk_icpt_inside++;
     cudaError_t e = real.malloc(devPtr, size);
     rk_icpt_inside--;
+    rk_obs_internal_depth -= ours;
     return e;
 }
 
-static cudaError_t forward_malloc_async(rk_icpt_route_t why, malloc_async_fn fn, void **devPtr,
-                                        size_t size, cudaStream_t stream)
+static cudaError_t forward_malloc_async(rk_icpt_route_t why, const void *ra, malloc_async_fn fn,
+                                        void **devPtr, size_t size, cudaStream_t stream)
 {
-    __atomic_fetch_add(&n_forwarded[why], 1, __ATOMIC_RELAXED);
+    if (why != RK_ICPT_FWD_OFF)
+        __atomic_fetch_add(&n_forwarded[why], 1, __ATOMIC_RELAXED);
     if (!fn)
         return cudaErrorInitializationError;
+    int ours = caller_is_rankmem(ra);
+    rk_obs_internal_depth += ours;
     rk_icpt_inside++;
     cudaError_t e = fn(devPtr, size, stream);
     rk_icpt_inside--;
+    rk_obs_internal_depth -= ours;
     return e;
 }
 
@@ -273,7 +284,7 @@ RK_MPI_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
     rk_icpt_route_t r = route(ra, devPtr, size, &mr);
     if (r == RK_ICPT_SERVE && serve(mr, devPtr, size, NULL, RK_OBS_API_CUDA_MALLOC) == 0)
         return cudaSuccess;
-    return forward_malloc(r, devPtr, size);
+    return forward_malloc(r, ra, devPtr, size);
 }
 
 RK_MPI_EXPORT cudaError_t cudaFree(void *devPtr)
@@ -297,7 +308,7 @@ RK_MPI_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream
     if (r == RK_ICPT_SERVE &&
         serve(mr, devPtr, size, stream, RK_OBS_API_CUDA_MALLOC_ASYNC) == 0)
         return cudaSuccess;
-    return forward_malloc_async(r, real.malloc_async, devPtr, size, stream);
+    return forward_malloc_async(r, ra, real.malloc_async, devPtr, size, stream);
 }
 
 RK_MPI_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
@@ -323,7 +334,7 @@ RK_MPI_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaS
     if (r == RK_ICPT_SERVE &&
         serve(mr, devPtr, size, ptsz(stream), RK_OBS_API_CUDA_MALLOC_ASYNC) == 0)
         return cudaSuccess;
-    return forward_malloc_async(r, real.malloc_async_ptsz, devPtr, size, stream);
+    return forward_malloc_async(r, ra, real.malloc_async_ptsz, devPtr, size, stream);
 }
 
 RK_MPI_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
