@@ -124,6 +124,7 @@ typedef cudaError_t (*free_async_fn)(void *, cudaStream_t);
 typedef cudaError_t (*ipc_fn)(cudaIpcMemHandle_t *, void *);
 typedef cudaError_t (*get_device_fn)(int *);
 typedef cudaError_t (*stream_destroy_fn)(cudaStream_t);
+typedef cudaError_t (*set_device_fn)(int);
 
 static struct {
     malloc_fn malloc;
@@ -133,6 +134,7 @@ static struct {
     ipc_fn ipc_get;
     get_device_fn get_device;
     stream_destroy_fn stream_destroy;
+    set_device_fn set_device;
 } real;
 static pthread_once_t real_once = PTHREAD_ONCE_INIT;
 
@@ -149,6 +151,7 @@ static void resolve(void)
     real.ipc_get = (ipc_fn)dlsym(RTLD_NEXT, "cudaIpcGetMemHandle");
     real.get_device = (get_device_fn)dlsym(RTLD_NEXT, "cudaGetDevice");
     real.stream_destroy = (stream_destroy_fn)dlsym(RTLD_NEXT, "cudaStreamDestroy");
+    real.set_device = (set_device_fn)dlsym(RTLD_NEXT, "cudaSetDevice");
     if (!nranges)
         dl_iterate_phdr(find_ours, NULL);
 }
@@ -230,6 +233,12 @@ static int unserve(void *ptr, cudaStream_t stream)
         return 0;
     rk_obs_free((uintptr_t)ptr);
     rankmem_resource_t *mr = rankmem_mpi_resource();
+    /* The pool orders reuse with events of the rank's device: give the
+     * block back with that device current (CUDA's cudaFree takes a pointer
+     * of any device; a program may free while another one is current). */
+    int dev = rankmem_mpi_device(), cur = current_device(NULL);
+    int switched = dev >= 0 && cur >= 0 && cur != dev && real.set_device &&
+                   real.set_device(dev) == cudaSuccess;
     if (mr &&
         rankmem_deallocate_async(mr, ptr, bytes, SERVED_ALIGNMENT, (rankmem_stream_t)stream) !=
             RANKMEM_SUCCESS) {
@@ -237,6 +246,8 @@ static int unserve(void *ptr, cudaStream_t stream)
                     ptr, bytes, rankmem_last_error());
         rankmem_clear_error();
     }
+    if (switched)
+        (void)real.set_device(cur);
     return 1;
 }
 
