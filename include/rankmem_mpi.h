@@ -19,6 +19,11 @@ RANKMEM_API int rankmem_mpi_device(void);
 RANKMEM_API rankmem_resource_t *rankmem_mpi_resource(void);
 /* Writes a report now (collective over comm). path NULL: RANKMEM_REPORT. */
 RANKMEM_API rankmem_status_t rankmem_mpi_report(MPI_Comm comm, const char *path);
+/* Marks the start of a phase named name (up to 47 bytes are kept) in this
+ * rank's memory timeline: the report gives each phase its peak. Not
+ * collective. RANKMEM_ERR_INVALID_ARGUMENT for a NULL or empty name; a
+ * no-op (RANKMEM_SUCCESS) when observation is off (docs/observe.md). */
+RANKMEM_API rankmem_status_t rankmem_mpi_phase(const char *name);
 
 /* ---- sharing device memory between the ranks of one node (mpi/share.c;
  * docs/mpi.md, "Sharing device memory between ranks") ----

@@ -178,6 +178,19 @@ int main(int argc, char **argv)
             "with a GPU: state on, or unavailable with a reason");
         mok(rk_obs_enabled(), "  the recorder runs");
     }
+    /* Phase marks (rankmem_mpi_phase): bad input, then one that the
+     * recorder keeps when it runs. */
+    mok(rankmem_mpi_phase(NULL) == RANKMEM_ERR_INVALID_ARGUMENT &&
+            rankmem_mpi_phase("") == RANKMEM_ERR_INVALID_ARGUMENT,
+        "rankmem_mpi_phase(NULL or \"\"): RANKMEM_ERR_INVALID_ARGUMENT");
+    mok(rankmem_mpi_phase("solve") == RANKMEM_SUCCESS, "rankmem_mpi_phase(\"solve\"): success");
+    if (rk_obs_enabled()) {
+        rk_obs_phase_t ph[RK_OBS_MAX_PHASES];
+        size_t n = rk_obs_phases(ph, RK_OBS_MAX_PHASES), found = 0;
+        for (size_t i = 0; i < n && i < RK_OBS_MAX_PHASES; i++)
+            found += strcmp(ph[i].name, "solve") == 0;
+        mok(found == 1, "  the recorder has the phase \"solve\"");
+    }
     mok(rk_icpt_mode() == icpt, "RANKMEM_INTERCEPT=%s: serving %s", icpt ? "cuda" : "none",
         icpt ? "configured" : "off");
 #if HAVE_CUDA
