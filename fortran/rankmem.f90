@@ -78,7 +78,6 @@ module rankmem
   public :: rankmem_get_current_resource, rankmem_set_current_resource
   public :: rankmem_get_device_resource, rankmem_set_device_resource
   public :: rankmem_system_create, rankmem_stats_create
-  public :: rankmem_mpi_phase
   public :: rankmem_stats_get, rankmem_stats_push, rankmem_stats_pop
   public :: rankmem_parse_size
 
@@ -309,24 +308,6 @@ module rankmem
       type(c_ptr), value :: s
       integer(c_size_t) :: n
     end function c_strlen
-
-    ! rankmem_mpi_phase lives in the MPI plugin, which this library does not
-    ! link: it is looked up when called (dlsym(RTLD_DEFAULT, ...); glibc's
-    ! RTLD_DEFAULT is a null handle).
-    function c_dlsym(handle, name) bind(C, name='dlsym') result(f)
-      import :: c_ptr, c_funptr, c_char
-      type(c_ptr), value :: handle
-      character(kind=c_char), intent(in) :: name(*)
-      type(c_funptr) :: f
-    end function c_dlsym
-  end interface
-
-  abstract interface
-    function c_phase_fn(name) bind(C) result(st)
-      import :: c_char, c_int
-      character(kind=c_char), intent(in) :: name(*)
-      integer(c_int) :: st
-    end function c_phase_fn
   end interface
 
 contains
@@ -442,22 +423,5 @@ contains
     st = c_parse_size(trim(text)//c_null_char, percent_base, v)
     if (st == RANKMEM_SUCCESS) bytes = v
   end function rankmem_parse_size
-
-  ! A phase mark in the MPI plugin's memory timeline (rankmem_mpi_phase in
-  ! rankmem_mpi.h). RANKMEM_ERR_NOT_SUPPORTED when the plugin is not in the
-  ! process (neither linked nor preloaded).
-  function rankmem_mpi_phase(name) result(st)
-    character(*), intent(in) :: name
-    integer(c_int) :: st
-    type(c_funptr) :: f
-    procedure(c_phase_fn), pointer :: phase
-    f = c_dlsym(c_null_ptr, 'rankmem_mpi_phase'//c_null_char)
-    if (.not. c_associated(f)) then
-      st = RANKMEM_ERR_NOT_SUPPORTED
-      return
-    end if
-    call c_f_procpointer(f, phase)
-    st = phase(trim(name)//c_null_char)
-  end function rankmem_mpi_phase
 
 end module rankmem

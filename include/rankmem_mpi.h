@@ -19,10 +19,27 @@ RANKMEM_API int rankmem_mpi_device(void);
 RANKMEM_API rankmem_resource_t *rankmem_mpi_resource(void);
 /* Writes a report now (collective over comm). path NULL: RANKMEM_REPORT. */
 RANKMEM_API rankmem_status_t rankmem_mpi_report(MPI_Comm comm, const char *path);
-/* Marks the start of a phase named name (up to 47 bytes are kept) in this
- * rank's memory timeline: the report gives each phase its peak. Not
- * collective. RANKMEM_ERR_INVALID_ARGUMENT for a NULL or empty name; a
- * no-op (RANKMEM_SUCCESS) when observation is off (docs/observe.md). */
+
+/* ---- observation (mpi/observe_api.c; docs/observe.md) ----
+ * The recorder behind the report's observed memory sees the program's CUDA
+ * allocations by itself (RANKMEM_OBSERVE). These calls tell it of memory it
+ * cannot see (an allocator of one's own over the driver, a test's synthetic
+ * events) and mark phases of the run for the report's timeline. Each returns
+ * RANKMEM_ERR_NOT_SUPPORTED while observation is off, INVALID_ARGUMENT for a
+ * NULL pointer, zero bytes, an unknown kind or an empty name, and
+ * observe_free INVALID_POINTER for a block it was never told of. */
+typedef enum {
+    RANKMEM_MPI_MEM_DEVICE = 0,
+    RANKMEM_MPI_MEM_MANAGED = 1,
+    RANKMEM_MPI_MEM_PINNED = 2,
+    RANKMEM_MPI_MEM_VMM = 3
+} rankmem_mpi_mem_kind_t;
+
+RANKMEM_API rankmem_status_t rankmem_mpi_observe_alloc(const void *ptr, size_t bytes,
+                                                       rankmem_mpi_mem_kind_t kind);
+RANKMEM_API rankmem_status_t rankmem_mpi_observe_free(const void *ptr);
+/* Closes the current phase and opens `name` (truncated to 47 bytes); the
+ * report gives each phase's peak. MPI_Pcontrol(2) and (3, label) mark too. */
 RANKMEM_API rankmem_status_t rankmem_mpi_phase(const char *name);
 
 /* ---- sharing device memory between the ranks of one node (mpi/share.c;

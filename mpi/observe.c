@@ -615,17 +615,6 @@ static void cupti_stop(void) {}
 
 #endif /* RK_HAVE_CUPTI */
 
-/* ---- phases ---- */
-
-rankmem_status_t rankmem_mpi_phase(const char *name)
-{
-    if (!name || !*name)
-        return RANKMEM_ERR_INVALID_ARGUMENT;
-    if (rk_obs_enabled())
-        rk_obs_phase(name); /* the recorder keeps RK_OBS_PHASE_NAME - 1 bytes */
-    return RANKMEM_SUCCESS;
-}
-
 /* ---- start and stop ---- */
 
 static void start_recorder(int backtrace, size_t max_blocks)

@@ -107,7 +107,7 @@ RK_MPI_HIDDEN void rk_obs_skip_objects(const char *substring);
 /* Set while rankmem's own code allocates from CUDA (the rank chain's timing
  * layer, staging): a source that sees an allocation with this > 0 records
  * it as RK_OBS_RANKMEM. Per thread. */
-extern __thread int rk_obs_internal_depth;
+RK_MPI_HIDDEN extern __thread int rk_obs_internal_depth;
 
 /* An allocation of `bytes` at `ptr`. The call site is captured here
  * (backtrace, skipping the recorder's own frames and the objects named to
