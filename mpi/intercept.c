@@ -18,7 +18,9 @@
  * the resource refuses (then CUDA's own answer, and its error state, is the
  * program's). Frees: a pointer this file served goes back to the resource
  * (whenever it comes, after MPI_Finalize too: the rank's resource is never
- * released); any other, cudaFree(NULL) included, goes to CUDA.
+ * released); any other, cudaFree(NULL) included, goes to CUDA, except the
+ * address of one of the pool's chunks freed by the program (a served block
+ * freed twice): refused, since CUDA would free the chunk under the pool.
  *
  * cudaStreamDestroy is wrapped too: the pool must forget a stream before
  * CUDA destroys it (blocks freed on it wait in a list of that stream).
@@ -41,6 +43,12 @@ __thread int rk_icpt_inside __attribute__((tls_model("initial-exec")));
 static int mode_cuda;        /* RANKMEM_INTERCEPT=cuda (set before PMPI_Init) */
 static int active;           /* atomic: between MPI_Init's end and MPI_Finalize's start */
 static rk_smap_t served_map; /* served pointer -> bytes */
+/* While serving: what rankmem itself got from cudaMalloc/cudaMallocAsync
+ * through here (the pool's chunks). The program's second cudaFree of a
+ * served block would otherwise reach CUDA with the address of a chunk
+ * (the first block of a chunk starts where the chunk does) and free the
+ * chunk under the pool. */
+static rk_smap_t own_map;
 static uint64_t n_served;    /* atomic */
 static uint64_t n_forwarded[RK_ICPT_NREASONS]; /* atomic; [RK_ICPT_SERVE]: the resource refused */
 
@@ -254,6 +262,26 @@ static int unserve(void *ptr, cudaStream_t stream)
 /* A call from librankmem*.so is rankmem's own allocation, wherever it
  * comes from (the rank chain raises the depth itself; staging, sharing and
  * the OpenMP layer need not): observation records it as RK_OBS_RANKMEM. */
+/* A free that is not of a served block: rankmem's own chunk freed by
+ * rankmem leaves own_map and goes to CUDA; freed by the program (a double
+ * free of a served block, or a stray pointer) it is refused. 1 when
+ * refused. */
+static int foreign_free_of_ours(const void *ra, void *ptr)
+{
+    if (!ptr || rk_smap_count(&own_map) == 0 || !rk_smap_find(&own_map, (uintptr_t)ptr, NULL))
+        return 0;
+    if (caller_is_rankmem(ra) || rk_obs_internal_depth > 0) {
+        (void)rk_smap_remove(&own_map, (uintptr_t)ptr, NULL);
+        return 0;
+    }
+    static int said; /* atomic */
+    if (!__atomic_exchange_n(&said, 1, __ATOMIC_RELAXED))
+        rk_mpi_warn("cudaFree(%p): refused (cudaErrorInvalidValue): that address is memory of "
+                    "rankmem's pool (RANKMEM_INTERCEPT=cuda), not a live block of the program "
+                    "(a block freed twice?); further such frees are refused silently", ptr);
+    return 1;
+}
+
 static cudaError_t forward_malloc(rk_icpt_route_t why, const void *ra, void **devPtr, size_t size)
 {
     if (why != RK_ICPT_FWD_OFF) /* serving off: not even a shared counter on the way */
@@ -266,6 +294,8 @@ static cudaError_t forward_malloc(rk_icpt_route_t why, const void *ra, void **de
     cudaError_t e = real.malloc(devPtr, size);
     rk_icpt_inside--;
     rk_obs_internal_depth -= ours;
+    if (e == cudaSuccess && mode_cuda && (ours || rk_obs_internal_depth > 0))
+        (void)rk_smap_insert(&own_map, (uintptr_t)*devPtr, size); /* best effort */
     return e;
 }
 
@@ -282,6 +312,8 @@ static cudaError_t forward_malloc_async(rk_icpt_route_t why, const void *ra, mal
     cudaError_t e = fn(devPtr, size, stream);
     rk_icpt_inside--;
     rk_obs_internal_depth -= ours;
+    if (e == cudaSuccess && mode_cuda && (ours || rk_obs_internal_depth > 0))
+        (void)rk_smap_insert(&own_map, (uintptr_t)*devPtr, size);
     return e;
 }
 
@@ -305,6 +337,8 @@ RK_MPI_EXPORT cudaError_t cudaFree(void *devPtr)
      * memory would be after cudaFree's device-wide synchronisation. */
     if (unserve(devPtr, NULL))
         return cudaSuccess;
+    if (foreign_free_of_ours(__builtin_return_address(0), devPtr))
+        return cudaErrorInvalidValue;
     if (!real.free)
         return cudaErrorInitializationError;
     return real.free(devPtr);
@@ -327,6 +361,8 @@ RK_MPI_EXPORT cudaError_t cudaFreeAsync(void *devPtr, cudaStream_t stream)
     need_real();
     if (unserve(devPtr, stream))
         return cudaSuccess;
+    if (foreign_free_of_ours(__builtin_return_address(0), devPtr))
+        return cudaErrorInvalidValue;
     if (!real.free_async)
         return cudaErrorInitializationError;
     return real.free_async(devPtr, stream);
@@ -353,6 +389,8 @@ RK_MPI_EXPORT cudaError_t cudaFreeAsync_ptsz(void *devPtr, cudaStream_t stream)
     need_real();
     if (unserve(devPtr, ptsz(stream)))
         return cudaSuccess;
+    if (foreign_free_of_ours(__builtin_return_address(0), devPtr))
+        return cudaErrorInvalidValue;
     if (!real.free_async_ptsz)
         return cudaErrorInitializationError;
     return real.free_async_ptsz(devPtr, stream);

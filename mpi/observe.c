@@ -79,8 +79,6 @@ int rk_observe_unavailable(char *why, size_t cap)
  * program itself did not pass through the interposer. */
 static int static_main_seen;  /* atomic */
 static int static_note_done;  /* atomic: printed (or not to be printed) */
-static int static_checks;     /* atomic: backtraces taken so far (bounded) */
-#define STATIC_CHECKS_MAX 32
 
 static void static_note_print(void)
 {
@@ -99,6 +97,9 @@ void rk_observe_after_init(void)
 }
 
 #if RK_HAVE_CUPTI
+
+static int static_checks;     /* atomic: backtraces taken so far (bounded) */
+#define STATIC_CHECKS_MAX 32
 
 /* The main program's code: a static CUDA runtime in it is the program's. */
 typedef struct {
