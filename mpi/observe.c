@@ -474,6 +474,18 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
         driver_exit(cbid, d->functionParams);
 }
 
+/* tests/observe_unit/callback.t feeds the callback by hand, as CUPTI would. */
+void rk_observe_test_callback(int domain, unsigned cbid, int enter, const void *params,
+                              const void *retval)
+{
+    CUpti_CallbackData d;
+    memset(&d, 0, sizeof d);
+    d.callbackSite = enter ? CUPTI_API_ENTER : CUPTI_API_EXIT;
+    d.functionParams = params;
+    d.functionReturnValue = (void *)(uintptr_t)retval;
+    on_callback(NULL, (CUpti_CallbackDomain)domain, (CUpti_CallbackId)cbid, &d);
+}
+
 static const CUpti_CallbackId runtime_cbids[] = {
     CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020,
     CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020,

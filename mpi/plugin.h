@@ -137,6 +137,11 @@ RK_MPI_HIDDEN void rk_observe_after_init(void);
 /* At MPI_Finalize, after the report read the recorder: unsubscribe from
  * CUPTI, then rk_obs_fini. Idempotent. */
 RK_MPI_HIDDEN void rk_observe_stop(void);
+/* For the tests (built with cupti.h only): the CUPTI callback, called as
+ * CUPTI calls it (domain: CUpti_CallbackDomain; enter: API ENTER or EXIT;
+ * params: the call's *_params struct; retval: its cudaError_t/CUresult). */
+RK_MPI_HIDDEN void rk_observe_test_callback(int domain, unsigned cbid, int enter,
+                                            const void *params, const void *retval);
 
 /* ---- serving (intercept.c, issue 19): RANKMEM_INTERCEPT=cuda ---- */
 
