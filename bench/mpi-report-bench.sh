@@ -2,6 +2,7 @@
 # What the per-rank report adds to MPI_Finalize (docs/benchmarks.md).
 #
 #   bench/mpi-report-bench.sh [NP] [RUNS] [PROGRAM]
+#   bench/mpi-report-bench.sh tool [RANKS]
 #
 # NP ranks (default 64, oversubscribed under Open MPI), RUNS runs of each
 # setting (default 9), interleaved: RANKMEM_REPORT=off, then the report in
@@ -10,6 +11,25 @@
 # report alone: 20 calls of rankmem_mpi_report in one run, median as rank 0
 # sees it. MPIRUN (default mpirun) is the launcher.
 set -eu
+
+# "tool": rankmem-report over a synthetic report of RANKS ranks (default
+# 100000; bench/mpi-report-bench.py writes it), with --svg and --html: wall
+# time and maximum resident memory (docs/report-tool.md, "Size").
+if [ "${1:-}" = tool ]; then
+    ranks=${2:-100000}
+    here=$(dirname "$0")
+    tool=${RANKMEM_REPORT_TOOL:-tools/rankmem-report}
+    dir=$(mktemp -d "${TMPDIR:-/tmp}/rankmem-report-tool-bench.XXXXXX")
+    trap 'rm -rf "$dir"' EXIT INT TERM
+    python3 "$here/mpi-report-bench.py" "$ranks" "$dir/r.json"
+    echo "report: $ranks ranks, $(wc -c < "$dir/r.json") bytes of JSON"
+    /usr/bin/time -v "$tool" "$dir/r.json" --svg "$dir/r.svg" --html "$dir/r.html" \
+        > "$dir/out.txt" 2> "$dir/time.txt"
+    grep -E 'Elapsed|Maximum resident|User time|System time' "$dir/time.txt" | sed 's/^[[:space:]]*/  /'
+    echo "  SVG $(wc -c < "$dir/r.svg") bytes, HTML $(wc -c < "$dir/r.html") bytes"
+    exit 0
+fi
+
 np=${1:-64}
 runs=${2:-9}
 prog=${3:-bench/mpi-report-bench}

@@ -11,40 +11,20 @@
 
 #define RK_MPI_HIDDEN __attribute__((visibility("hidden")))
 
-/* Bump when a field is added; the JSON report carries it as "schema". */
-#define RK_MPI_RECORD_VERSION 1
+/* The record is the report model's (common/report_model.h): one
+ * definition for the plugin that writes it and rankmem-report that reads
+ * it. The names below are the plugin's for the same things. */
+#include "report_model.h"
+
+#define RK_MPI_RECORD_VERSION RM_RECORD_VERSION
 
 /* flags */
-#define RK_MPI_HOST_FALLBACK 0x1u   /* no GPU: host memory */
-#define RK_MPI_SHARED_GPU 0x2u      /* more ranks than GPUs on this node */
-#define RK_MPI_BIND_MISMATCH 0x4u   /* launcher's local rank != communicator's */
-#define RK_MPI_BIND_NONE 0x8u       /* RANKMEM_BIND=none: the application chose */
+#define RK_MPI_HOST_FALLBACK RM_HOST_FALLBACK  /* no GPU: host memory */
+#define RK_MPI_SHARED_GPU RM_SHARED_GPU        /* more ranks than GPUs on this node */
+#define RK_MPI_BIND_MISMATCH RM_BIND_MISMATCH  /* launcher's local rank != communicator's */
+#define RK_MPI_BIND_NONE RM_BIND_NONE          /* RANKMEM_BIND=none: the application chose */
 
-typedef struct rk_mpi_record {
-    uint32_t version;           /* RK_MPI_RECORD_VERSION */
-    uint32_t flags;             /* RK_MPI_* above */
-    int32_t rank, size;         /* in MPI_COMM_WORLD */
-    int32_t local_rank;         /* from the shared-memory communicator */
-    int32_t local_size;
-    int32_t env_local_rank;     /* from the launcher's environment, -1 if none */
-    int32_t device;             /* CUDA device index, -1 on host fallback */
-    int32_t node_devices;       /* visible devices on this node */
-    char host[64];
-    char device_name[96];
-    char pci_bus_id[32];        /* "0000:3b:00.0" or "" */
-    char bind_mode[32];         /* auto | none | nearest | list:... (truncated) */
-    char spec[256];             /* the resource spec, as described back */
-    uint64_t bytes_peak;        /* from the stats adaptor on top of the chain */
-    uint64_t bytes_current;     /* still allocated at finalize (leak) */
-    uint64_t bytes_total;
-    uint64_t count_total, count_peak, count_current;
-    uint64_t reserved_peak;     /* RANKMEM_QUERY_RESERVED_HIGH below stats; 0 if unknown */
-    uint64_t dev_total_init, dev_free_init;    /* cudaMemGetInfo at init */
-    uint64_t dev_total_final, dev_free_final;  /* and at finalize (or report) */
-    uint64_t alloc_ns;          /* time spent in allocate/deallocate */
-    uint64_t staged_bytes, staged_messages, staged_ns; /* staging (issue 6); 0 until then */
-    double wall_s;              /* seconds since MPI_Init */
-} rk_mpi_record_t;
+typedef rm_record_t rk_mpi_record_t;
 
 /* init.c: fill *rec with this rank's state now (any thread, after init). */
 RK_MPI_HIDDEN void rk_mpi_fill_record(rk_mpi_record_t *rec);

@@ -18,6 +18,7 @@
 #endif
 
 #include "mpi_internal.h"
+#include "recorder.h"
 
 #include <rankmem_mpi.h>
 
@@ -43,7 +44,7 @@
 #endif
 
 /* The JSON document's own version (its layout), apart from the record's. */
-#define RK_REPORT_SCHEMA 1
+#define RK_REPORT_SCHEMA RM_REPORT_SCHEMA
 
 /* How much of the long lists the text report shows; JSON and CSV have all. */
 #define RK_TEXT_TOP 10       /* top ranks by peak */
@@ -91,108 +92,14 @@ static void notice(const char *fmt, ...)
 }
 
 /* ------------------------------------------------------------------------
- * A growable string: the three documents are built in memory, then written
- * to a stream or to files the same way. */
+ * The documents are built in memory (the model's growable string), then
+ * written to a stream or to files the same way. */
 
-typedef struct {
-    char *p;
-    size_t len, cap;
-    int oom;
-} sbuf_t;
-
-static void sb_reserve(sbuf_t *b, size_t more)
-{
-    if (b->oom || b->len + more + 1 <= b->cap)
-        return;
-    size_t cap = b->cap ? b->cap : 4096;
-    while (cap < b->len + more + 1)
-        cap *= 2;
-    char *p = realloc(b->p, cap);
-    if (!p) {
-        b->oom = 1;
-        return;
-    }
-    b->p = p;
-    b->cap = cap;
-}
-
-static void sb_printf(sbuf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
-static void sb_printf(sbuf_t *b, const char *fmt, ...)
-{
-    va_list ap;
-    va_start(ap, fmt);
-    char tmp[512];
-    int n = vsnprintf(tmp, sizeof tmp, fmt, ap);
-    va_end(ap);
-    if (n < 0 || b->oom)
-        return;
-    sb_reserve(b, (size_t)n);
-    if (b->oom)
-        return;
-    if ((size_t)n < sizeof tmp) {
-        memcpy(b->p + b->len, tmp, (size_t)n + 1);
-    } else {
-        va_start(ap, fmt);
-        vsnprintf(b->p + b->len, (size_t)n + 1, fmt, ap);
-        va_end(ap);
-    }
-    b->len += (size_t)n;
-}
-
-static void sb_putc(sbuf_t *b, char c)
-{
-    sb_reserve(b, 1);
-    if (b->oom)
-        return;
-    b->p[b->len++] = c;
-    b->p[b->len] = '\0';
-}
-
-/* JSON string, quotes included. Bytes outside ASCII become '?' so that the
- * document is valid UTF-8 whatever a host name or spec holds. */
-static void sb_json_str(sbuf_t *b, const char *s)
-{
-    sb_putc(b, '"');
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            sb_printf(b, "\\%c", c);
-        else if (c == '\n')
-            sb_printf(b, "\\n");
-        else if (c == '\t')
-            sb_printf(b, "\\t");
-        else if (c < 0x20 || c == 0x7f)
-            sb_printf(b, "\\u%04x", c);
-        else
-            sb_putc(b, c >= 0x80 ? '?' : (char)c);
-    }
-    sb_putc(b, '"');
-}
-
-/* CSV field (RFC 4180): quoted when it holds a comma, quote or line break. */
-static void sb_csv_str(sbuf_t *b, const char *s)
-{
-    if (!strpbrk(s, ",\"\r\n")) {
-        sb_printf(b, "%s", s);
-        return;
-    }
-    sb_putc(b, '"');
-    for (; *s; s++) {
-        if (*s == '"')
-            sb_putc(b, '"');
-        sb_putc(b, *s);
-    }
-    sb_putc(b, '"');
-}
-
-/* JSON number for a double: finite, else null. */
-static void sb_json_num(sbuf_t *b, double v)
-{
-    if (isfinite(v))
-        sb_printf(b, "%.12g", v); /* exact to far below what is measured */
-    else
-        sb_printf(b, "null");
-}
+typedef rm_buf_t sbuf_t;
+#define sb_printf rm_printf
+#define sb_putc rm_putc
+#define sb_json_str rm_json_str
+#define sb_json_num rm_json_num
 
 /* ------------------------------------------------------------------------
  * Human-readable quantities for the text report (exact values are in the
@@ -237,86 +144,22 @@ static const char *fmt_ns(char *buf, size_t len, double ns)
 }
 
 /* ------------------------------------------------------------------------
- * What is summed up over the ranks. */
+ * What is summed up over the ranks: the model's table and aggregation
+ * (common/report_model.c), the same that rankmem-report computes. */
 
-enum unit { U_BYTES, U_COUNT, U_NS };
+#define NFIELDS ((size_t)RM_NAGG)
+#define fields rm_agg_fields
+typedef rm_agg_t agg_t;
 
-typedef struct {
-    const char *key;   /* JSON key, CSV column: the record's field name */
-    const char *label; /* text report */
-    size_t offset;     /* of a uint64_t in rk_mpi_record_t */
-    enum unit unit;
-} field_t;
-
-#define FIELD(name, label, unit) {#name, label, offsetof(rk_mpi_record_t, name), unit}
-static const field_t fields[] = {
-    FIELD(bytes_peak, "peak bytes", U_BYTES),
-    FIELD(bytes_current, "leaked bytes", U_BYTES),
-    FIELD(bytes_total, "total bytes", U_BYTES),
-    FIELD(count_total, "allocations", U_COUNT),
-    FIELD(count_peak, "peak allocations", U_COUNT),
-    FIELD(count_current, "live allocations", U_COUNT),
-    FIELD(reserved_peak, "reserved peak", U_BYTES),
-    FIELD(alloc_ns, "alloc time", U_NS),
-    FIELD(staged_bytes, "staged bytes", U_BYTES),
-    FIELD(staged_messages, "staged messages", U_COUNT),
-};
-#define NFIELDS (sizeof fields / sizeof fields[0])
-
-static uint64_t field_of(const rk_mpi_record_t *r, size_t f)
-{
-    uint64_t v;
-    memcpy(&v, (const char *)r + fields[f].offset, sizeof v);
-    return v;
-}
-
-typedef struct {
-    uint64_t min, max, sum_lo; /* sum_lo: wraps only past 2^64 bytes in all */
-    int min_rank, max_rank;
-    double mean, std, imbalance; /* imbalance: max/mean, NaN when mean is 0 */
-} agg_t;
-
-static void aggregate(const rk_mpi_record_t *rec, int n, size_t f, agg_t *a)
-{
-    a->min = UINT64_MAX;
-    a->max = 0;
-    a->sum_lo = 0;
-    a->min_rank = a->max_rank = -1;
-    double sum = 0.0;
-    for (int i = 0; i < n; i++) {
-        uint64_t v = field_of(&rec[i], f);
-        /* Ties: the lowest rank, so the answer does not depend on order. */
-        if (v < a->min || (v == a->min && rec[i].rank < a->min_rank)) {
-            a->min = v;
-            a->min_rank = rec[i].rank;
-        }
-        if (v > a->max || (v == a->max && (a->max_rank < 0 || rec[i].rank < a->max_rank))) {
-            a->max = v;
-            a->max_rank = rec[i].rank;
-        }
-        a->sum_lo += v;
-        sum += (double)v;
-    }
-    if (n == 0)
-        a->min = 0;
-    a->mean = n ? sum / n : 0.0;
-    /* Two passes: the textbook formula cancels badly at these magnitudes. */
-    double ss = 0.0;
-    for (int i = 0; i < n; i++) {
-        double d = (double)field_of(&rec[i], f) - a->mean;
-        ss += d * d;
-    }
-    a->std = n ? sqrt(ss / n) : 0.0; /* population: these are all the ranks */
-    a->imbalance = a->mean > 0.0 ? (double)a->max / a->mean : NAN;
-}
 
 /* ------------------------------------------------------------------------
  * The settings (rank 0 only). */
 
 enum dest { DEST_OFF, DEST_STDOUT, DEST_STDERR, DEST_FILES };
-enum { FMT_TEXT = 1, FMT_JSON = 2, FMT_CSV = 4 };
-static const char *const fmt_names[] = {"text", "json", "csv"};
-static const char *const fmt_exts[] = {".txt", ".json", ".csv"};
+enum { FMT_TEXT = 1, FMT_JSON = 2, FMT_CSV = 4, FMT_TIMELINE = 8 };
+#define NDOCS 4 /* text, JSON, CSV, and the timeline's CSV ("timeline") */
+static const char *const fmt_names[] = {"text", "json", "csv", "timeline"};
+static const char *const fmt_exts[] = {".txt", ".json", ".csv", "-timeline.csv"};
 
 typedef struct {
     enum dest dest;
@@ -372,7 +215,7 @@ static unsigned parse_formats(const char *s)
             e--;
         size_t len = (size_t)(e - w);
         int known = 0;
-        for (int k = 0; k < 3; k++) {
+        for (int k = 0; k < NDOCS; k++) {
             if (strlen(fmt_names[k]) == len && strncasecmp(w, fmt_names[k], len) == 0) {
                 f |= 1u << k;
                 known = 1;
@@ -385,11 +228,11 @@ static unsigned parse_formats(const char *s)
     }
     if (!f) {
         if (!atomic_exchange(&warned_format, 1))
-            warn("RANKMEM_REPORT_FORMAT: no known format in '%.64s' (known: text, json, csv); "
+            warn("RANKMEM_REPORT_FORMAT: no known format in '%.64s' (known: text, json, csv, timeline); "
                  "writing text", s);
         f = FMT_TEXT;
     } else if (bad && !atomic_exchange(&warned_format, 1)) {
-        warn("RANKMEM_REPORT_FORMAT: unknown format '%.*s' ignored (known: text, json, csv)",
+        warn("RANKMEM_REPORT_FORMAT: unknown format '%.*s' ignored (known: text, json, csv, timeline)",
              (int)bad_len, bad);
     }
     return f;
@@ -632,34 +475,54 @@ static int name_of(char *out, size_t cap, const char *base, unsigned n, const ch
 /* ------------------------------------------------------------------------
  * The analysis: what rank 0 computes once from the gathered records. */
 
-typedef struct {
-    int first; /* index into the by-host order */
-    int count;
-    int devices[RK_DISTINCT];
-    int ndevices, more_devices;
-    int node_devices;
-    int host_fallback, shared;
-    uint64_t peak_sum, peak_max, leaked_sum, reserved_sum, total_sum;
-    int peak_max_rank;
-    uint64_t dev_total, dev_free_init_min, dev_free_final_min;
-} node_t;
+typedef rm_node_t node_t; /* the model's per-node aggregation */
 
 typedef struct {
     const char *s;
     int count;
 } distinct_t;
 
+/* What the report says over ranks beyond the records: the phases (one
+ * set of reductions), the leaks by call site (finalize only) and the
+ * timeline's axis. Rank 0 only. */
+typedef struct {
+    char name[RK_OBS_PHASE_NAME];
+    double t_start_s, t_end_s;     /* earliest start, latest end over ranks */
+    uint64_t peak_min, peak_max;
+    int peak_max_rank, ranks;      /* ranks that had the phase */
+    double peak_mean;
+} phase_agg_t;
+
+typedef struct {
+    uint64_t hash, bytes, count;
+    int api, kind, ranks, first_rank;
+    char text[RM_SITE_TEXT];
+} site_agg_t;
+
+typedef struct {
+    uint64_t t_end_ns;             /* the timeline's axis: [0, t_end_ns] */
+    int nphases;
+    phase_agg_t phases[RK_OBS_MAX_PHASES];
+    int leaks;                     /* 1: the finalize report, sites below */
+    int nsites;
+    site_agg_t sites[RM_LEAK_SITES];
+    uint64_t sites_bytes, sites_ranks_any; /* over every site named by a rank */
+} extras_t;
+
 typedef struct {
     const rk_mpi_record_t *rec;
+    const extras_t *x;
     int n;                 /* ranks in the report */
     const char *phase;     /* "finalize", "phase1", ... */
     const char *trigger;   /* what asked for it */
     agg_t agg[NFIELDS];
-    int *by_host;          /* indices sorted by (host, rank) */
+    size_t *by_host;       /* indices sorted by (host, rank) */
     node_t *nodes;
     int nnodes;
     int *top;              /* the RK_TEXT_TOP largest peaks */
     int ntop;
+    int *top_obs;          /* the RK_TEXT_TOP largest observed GPU peaks */
+    int ntop_obs;
     int *leaked;           /* indices with bytes_current > 0, largest first */
     int nleaked;
     distinct_t specs[RK_DISTINCT], binds[RK_DISTINCT];
@@ -678,13 +541,6 @@ typedef struct {
 static pthread_mutex_t report_lock = PTHREAD_MUTEX_INITIALIZER;
 static const rk_mpi_record_t *sort_rec;
 
-static int cmp_host(const void *a, const void *b)
-{
-    const rk_mpi_record_t *x = &sort_rec[*(const int *)a], *y = &sort_rec[*(const int *)b];
-    int c = strcmp(x->host, y->host);
-    return c ? c : (x->rank > y->rank) - (x->rank < y->rank);
-}
-
 static int cmp_leak(const void *a, const void *b)
 {
     const rk_mpi_record_t *x = &sort_rec[*(const int *)a], *y = &sort_rec[*(const int *)b];
@@ -694,11 +550,33 @@ static int cmp_leak(const void *a, const void *b)
 }
 
 /* Does record i come before record j by peak (largest first, then rank)? */
-static int peak_before(const rk_mpi_record_t *rec, int i, int j)
+static int peak_before(const rk_mpi_record_t *rec, int f, int i, int j)
 {
-    if (rec[i].bytes_peak != rec[j].bytes_peak)
-        return rec[i].bytes_peak > rec[j].bytes_peak;
+    uint64_t x = rm_value(&rec[i], f), y = rm_value(&rec[j], f);
+    if (x != y)
+        return x > y;
     return rec[i].rank < rec[j].rank;
+}
+
+/* The RK_TEXT_TOP largest values of field f: a short insertion list,
+ * O(P * RK_TEXT_TOP). */
+static int top_by(const rk_mpi_record_t *rec, int n, int f, int *top)
+{
+    int ntop = 0;
+    for (int i = 0; i < n; i++) {
+        int pos = ntop;
+        while (pos > 0 && peak_before(rec, f, i, top[pos - 1]))
+            pos--;
+        if (pos >= RK_TEXT_TOP)
+            continue;
+        int last = ntop < RK_TEXT_TOP ? ntop : RK_TEXT_TOP - 1;
+        for (int j = last; j > pos; j--)
+            top[j] = top[j - 1];
+        top[pos] = i;
+        if (ntop < RK_TEXT_TOP)
+            ntop++;
+    }
+    return ntop;
 }
 
 static void note_distinct(distinct_t *d, int *n, int *more, const char *s)
@@ -722,86 +600,22 @@ static int analyse(analysis_t *a)
     const rk_mpi_record_t *rec = a->rec;
     int n = a->n;
     for (size_t f = 0; f < NFIELDS; f++)
-        aggregate(rec, n, f, &a->agg[f]);
+        rm_aggregate(rec, (size_t)n, (int)f, &a->agg[f]);
 
-    a->by_host = malloc(sizeof(int) * (size_t)(n ? n : 1));
+    a->by_host = malloc(sizeof(size_t) * (size_t)(n ? n : 1));
     a->nodes = malloc(sizeof(node_t) * (size_t)(n ? n : 1));
     a->leaked = malloc(sizeof(int) * (size_t)(n ? n : 1));
     a->top = malloc(sizeof(int) * RK_TEXT_TOP);
     if (!a->by_host || !a->nodes || !a->leaked || !a->top)
         return -1;
-
-    for (int i = 0; i < n; i++)
-        a->by_host[i] = i;
     sort_rec = rec; /* rank 0 only, one report at a time (see report_lock) */
-    qsort(a->by_host, (size_t)n, sizeof(int), cmp_host);
+    a->nnodes = (int)rm_nodes(rec, (size_t)n, a->by_host, a->nodes);
 
-    a->nnodes = 0;
-    for (int k = 0; k < n; k++) {
-        const rk_mpi_record_t *r = &rec[a->by_host[k]];
-        node_t *nd = a->nnodes ? &a->nodes[a->nnodes - 1] : NULL;
-        if (!nd || strcmp(rec[a->by_host[nd->first]].host, r->host) != 0) {
-            nd = &a->nodes[a->nnodes++];
-            memset(nd, 0, sizeof *nd);
-            nd->first = k;
-            nd->peak_max_rank = -1;
-            nd->dev_free_init_min = UINT64_MAX;
-            nd->dev_free_final_min = UINT64_MAX;
-        }
-        nd->count++;
-        if (r->node_devices > nd->node_devices)
-            nd->node_devices = r->node_devices;
-        nd->host_fallback += (r->flags & RK_MPI_HOST_FALLBACK) != 0;
-        nd->shared += (r->flags & RK_MPI_SHARED_GPU) != 0;
-        nd->peak_sum += r->bytes_peak;
-        nd->leaked_sum += r->bytes_current;
-        nd->reserved_sum += r->reserved_peak;
-        nd->total_sum += r->bytes_total;
-        if (nd->peak_max_rank < 0 || r->bytes_peak > nd->peak_max) {
-            nd->peak_max = r->bytes_peak;
-            nd->peak_max_rank = r->rank;
-        }
-        if (r->device >= 0) {
-            int seen = 0;
-            for (int d = 0; d < nd->ndevices; d++)
-                seen |= nd->devices[d] == r->device;
-            if (!seen && nd->ndevices < RK_DISTINCT)
-                nd->devices[nd->ndevices++] = r->device;
-            else if (!seen)
-                nd->more_devices = 1;
-            if (r->dev_total_init > nd->dev_total)
-                nd->dev_total = r->dev_total_init;
-            if (r->dev_free_init < nd->dev_free_init_min)
-                nd->dev_free_init_min = r->dev_free_init;
-            if (r->dev_free_final < nd->dev_free_final_min)
-                nd->dev_free_final_min = r->dev_free_final;
-        }
-    }
-    for (int k = 0; k < a->nnodes; k++) { /* devices in order, for reading */
-        node_t *nd = &a->nodes[k];
-        for (int i = 1; i < nd->ndevices; i++)
-            for (int j = i; j > 0 && nd->devices[j - 1] > nd->devices[j]; j--) {
-                int t = nd->devices[j];
-                nd->devices[j] = nd->devices[j - 1];
-                nd->devices[j - 1] = t;
-            }
-    }
-
-    /* Top peaks: a short insertion list, O(P * RK_TEXT_TOP). */
-    a->ntop = 0;
-    for (int i = 0; i < n; i++) {
-        int pos = a->ntop;
-        while (pos > 0 && peak_before(rec, i, a->top[pos - 1]))
-            pos--;
-        if (pos >= RK_TEXT_TOP)
-            continue;
-        int last = a->ntop < RK_TEXT_TOP ? a->ntop : RK_TEXT_TOP - 1;
-        for (int j = last; j > pos; j--)
-            a->top[j] = a->top[j - 1];
-        a->top[pos] = i;
-        if (a->ntop < RK_TEXT_TOP)
-            a->ntop++;
-    }
+    a->ntop = top_by(rec, n, RM_BYTES_PEAK, a->top);
+    a->top_obs = malloc(sizeof(int) * RK_TEXT_TOP);
+    if (!a->top_obs)
+        return -1;
+    a->ntop_obs = top_by(rec, n, RM_OBS_GPU_PEAK, a->top_obs);
 
     a->nleaked = 0;
     for (int i = 0; i < n; i++)
@@ -839,6 +653,7 @@ static int analyse(analysis_t *a)
 
 static void analysis_free(analysis_t *a)
 {
+    free(a->top_obs);
     free(a->by_host);
     free(a->nodes);
     free(a->leaked);
@@ -856,11 +671,11 @@ static const char *field_label(const analysis_t *a, size_t f)
 static const char *fmt_field(char *buf, size_t len, size_t f, double v, int exact)
 {
     switch (fields[f].unit) {
-    case U_BYTES:
+    case RM_UNIT_BYTES:
         return fmt_bytes(buf, len, v);
-    case U_NS:
+    case RM_UNIT_NS:
         return fmt_ns(buf, len, v);
-    case U_COUNT:
+    case RM_UNIT_COUNT:
         break;
     }
     return fmt_count(buf, len, v, exact);
@@ -875,6 +690,98 @@ static void rank_list(sbuf_t *b, const rk_mpi_record_t *rec, int n, uint32_t fla
             sb_printf(b, "%s%d", shown++ ? ", " : "", rec[i].rank);
     if (total > shown)
         sb_printf(b, " and %d more", total - shown);
+}
+
+/* Observed memory (issue 19): the program's device memory per rank as CUDA
+ * saw it, beside what rankmem served; why it was not observed; the leaks
+ * by call site; the phases. */
+static void text_observed(sbuf_t *b, const analysis_t *a)
+{
+    const rk_mpi_record_t *rec = a->rec;
+    char b1[48], b2[48], b3[48], b4[48], b5[48];
+    int n_on = 0;
+    /* "device allocations not observed: WHY" once per distinct reason */
+    distinct_t why[RK_DISTINCT];
+    int nwhy = 0, more_why = 0;
+    for (int i = 0; i < a->n; i++) {
+        if (rec[i].version == 0)
+            continue;
+        if (rec[i].obs.state == RM_OBS_ON)
+            n_on++;
+        else
+            note_distinct(why, &nwhy, &more_why,
+                          rec[i].obs.why[0] ? rec[i].obs.why : rm_state_name(rec[i].obs.state));
+    }
+    sb_printf(b, "\nobserved device memory (the program's, as CUDA saw it; served: by rankmem)\n");
+    for (int k = 0; k < nwhy; k++)
+        sb_printf(b, "  device allocations not observed: %s (%d of %d ranks)\n", why[k].s,
+                  why[k].count, a->n);
+    if (more_why)
+        sb_printf(b, "  device allocations not observed on %d more ranks (JSON: ranks[].observed.why)\n",
+                  more_why);
+    const agg_t *g = &a->agg[RM_OBS_GPU_PEAK], *sv = &a->agg[RM_OBS_SERVED_PEAK];
+    sb_printf(b, "  %-17s %12s %12s %6s %12s %12s %9s\n", "", "min", "max", "rank", "mean",
+              "std dev", "max/mean");
+    for (int k = 0; k < 2; k++) {
+        const agg_t *x = k ? sv : g;
+        char imb[24];
+        if (isfinite(x->imbalance))
+            snprintf(imb, sizeof imb, "%.2f", x->imbalance);
+        else
+            snprintf(imb, sizeof imb, "-");
+        sb_printf(b, "  %-17s %12s %12s %6d %12s %12s %9s\n", k ? "served peak" : "observed peak",
+                  fmt_bytes(b1, sizeof b1, (double)x->min), fmt_bytes(b2, sizeof b2, (double)x->max),
+                  x->max_rank, fmt_bytes(b3, sizeof b3, x->mean), fmt_bytes(b4, sizeof b4, x->std),
+                  imb);
+    }
+    /* Per rank: all of them when few, else the largest observed peaks. */
+    int shown = 0;
+    sb_printf(b, "  %6s %12s %12s %12s %12s %12s %10s\n", "rank", "observed", "peak", "served",
+              "served peak", "rankmem's", "live");
+    for (int i = 0; i < a->n && shown < RK_TEXT_TOP; i++) {
+        const rk_mpi_record_t *r = &rec[a->n <= RK_TEXT_TOP ? i : a->top_obs[i]];
+        if (a->n > RK_TEXT_TOP && i >= a->ntop_obs)
+            break;
+        sb_printf(b, "  %6d %12s %12s %12s %12s %12s %10llu%s\n", r->rank,
+                  fmt_bytes(b1, sizeof b1, (double)r->obs.gpu.current),
+                  fmt_bytes(b2, sizeof b2, (double)r->obs.gpu.peak),
+                  fmt_bytes(b3, sizeof b3, (double)r->obs.served.current),
+                  fmt_bytes(b4, sizeof b4, (double)r->obs.served.peak),
+                  fmt_bytes(b5, sizeof b5, (double)r->obs.rankmem_peak),
+                  (unsigned long long)r->obs.gpu.live,
+                  r->obs.state == RM_OBS_ON ? "" : " (not observed)");
+        shown++;
+    }
+    if (a->n > shown)
+        sb_printf(b, "  ... %d more ranks (the largest observed peaks are shown; JSON: "
+                     "ranks[].observed)\n", a->n - shown);
+
+    if (a->x && a->x->leaks) {
+        const extras_t *x = a->x;
+        sb_printf(b, "\nleaks by call site (%d site%s; each rank names its %d largest)\n",
+                  x->nsites, x->nsites == 1 ? "" : "s", RM_LEAK_TOP);
+        if (x->nsites == 0)
+            sb_printf(b, "  none observed\n");
+        for (int i = 0; i < x->nsites; i++) {
+            const site_agg_t *st = &x->sites[i];
+            sb_printf(b, "  %s: %d of %d ranks, %s in %llu block%s (first rank %d)\n", st->text,
+                      st->ranks, a->n, fmt_bytes(b1, sizeof b1, (double)st->bytes),
+                      (unsigned long long)st->count, st->count == 1 ? "" : "s", st->first_rank);
+        }
+    }
+    if (a->x && a->x->nphases > 0) {
+        const extras_t *x = a->x;
+        sb_printf(b, "\nphases (observed GPU peak per phase over ranks)\n");
+        sb_printf(b, "  %-24s %10s %10s %12s %12s %6s %12s\n", "phase", "start", "end", "min",
+                  "max", "rank", "mean");
+        for (int i = 0; i < x->nphases; i++) {
+            const phase_agg_t *p = &x->phases[i];
+            sb_printf(b, "  %-24s %9.3fs %9.3fs %12s %12s %6d %12s\n", p->name, p->t_start_s,
+                      p->t_end_s, fmt_bytes(b1, sizeof b1, (double)p->peak_min),
+                      fmt_bytes(b2, sizeof b2, (double)p->peak_max), p->peak_max_rank,
+                      fmt_bytes(b3, sizeof b3, p->peak_mean));
+        }
+    }
 }
 
 /* ------------------------------------------------------------------------
@@ -892,8 +799,8 @@ static void text_report(sbuf_t *b, const analysis_t *a)
               a->jobid_src ? a->jobid_src : "", a->jobid_src ? ")" : " (no launcher job id)");
     int per_node_max = 0;
     for (int k = 0; k < a->nnodes; k++)
-        if (a->nodes[k].count > per_node_max)
-            per_node_max = a->nodes[k].count;
+        if ((int)a->nodes[k].count > per_node_max)
+            per_node_max = (int)a->nodes[k].count;
     sb_printf(b, "  ranks           %d on %d node%s (at most %d per node)\n", a->n, a->nnodes,
               a->nnodes == 1 ? "" : "s", per_node_max);
     if (a->n > 0 && rec[0].size != a->n)
@@ -1004,7 +911,7 @@ static void text_report(sbuf_t *b, const analysis_t *a)
         else
             snprintf(dev, sizeof dev, "-");
         sb_printf(b, "  %-20s %5d  %-10s %11s %11s %6d %11s %11s  %s\n",
-                  rec[a->by_host[nd->first]].host, nd->count, devs,
+                  rec[a->by_host[nd->first]].host, (int)nd->count, devs,
                   fmt_bytes(b1, sizeof b1, (double)nd->peak_sum),
                   fmt_bytes(b2, sizeof b2, (double)nd->peak_max), nd->peak_max_rank,
                   fmt_bytes(b3, sizeof b3, (double)nd->leaked_sum),
@@ -1051,6 +958,8 @@ static void text_report(sbuf_t *b, const analysis_t *a)
     if (a->nleaked > RK_TEXT_LEAKED)
         sb_printf(b, "  ... %d more (JSON: leaked_ranks)\n", a->nleaked - RK_TEXT_LEAKED);
 
+    text_observed(b, a);
+
     /* Top ranks. */
     sb_printf(b, "\ntop ranks by peak\n");
     sb_printf(b, "  %6s  %-20s %5s %6s %12s %12s %12s %12s\n", "rank", "host", "local", "device",
@@ -1074,35 +983,74 @@ static void text_report(sbuf_t *b, const analysis_t *a)
 /* ------------------------------------------------------------------------
  * JSON: every number exact, every rank's record. */
 
+/* A record: the model's codec, driven by its field table (the same table
+ * rankmem-report reads with). */
 static void json_record(sbuf_t *b, const rk_mpi_record_t *r)
 {
-    sb_printf(b, "{\"rank\": %d, \"size\": %d, \"host\": ", r->rank, r->size);
-    sb_json_str(b, r->host);
-    sb_printf(b, ", \"local_rank\": %d, \"local_size\": %d, \"env_local_rank\": %d, "
-                 "\"device\": %d, \"node_devices\": %d, \"device_name\": ",
-              r->local_rank, r->local_size, r->env_local_rank, r->device, r->node_devices);
-    sb_json_str(b, r->device_name);
-    sb_printf(b, ", \"pci_bus_id\": ");
-    sb_json_str(b, r->pci_bus_id);
-    sb_printf(b, ", \"bind_mode\": ");
-    sb_json_str(b, r->bind_mode);
-    sb_printf(b, ", \"spec\": ");
-    sb_json_str(b, r->spec);
-    sb_printf(b, ", \"version\": %u, \"flags\": %u, \"host_fallback\": %s, \"shared_gpu\": %s, "
-                 "\"bind_mismatch\": %s, \"bind_none\": %s",
-              r->version, r->flags, (r->flags & RK_MPI_HOST_FALLBACK) ? "true" : "false",
-              (r->flags & RK_MPI_SHARED_GPU) ? "true" : "false",
-              (r->flags & RK_MPI_BIND_MISMATCH) ? "true" : "false",
-              (r->flags & RK_MPI_BIND_NONE) ? "true" : "false");
-    for (size_t f = 0; f < NFIELDS; f++)
-        sb_printf(b, ", \"%s\": %llu", fields[f].key, (unsigned long long)field_of(r, f));
-    sb_printf(b, ", \"dev_total_init\": %llu, \"dev_free_init\": %llu, \"dev_total_final\": %llu, "
-                 "\"dev_free_final\": %llu, \"staged_ns\": %llu, \"wall_s\": ",
-              (unsigned long long)r->dev_total_init, (unsigned long long)r->dev_free_init,
-              (unsigned long long)r->dev_total_final, (unsigned long long)r->dev_free_final,
-              (unsigned long long)r->staged_ns);
-    sb_json_num(b, r->wall_s);
-    sb_printf(b, "}");
+    rm_json_record(b, r);
+}
+
+/* Issue 19's job-level sections: leaks by call site (finalize only), the
+ * timeline (every rank's B buckets, in rank order), the phases. */
+static void json_observed(sbuf_t *b, const analysis_t *a)
+{
+    const extras_t *x = a->x;
+    if (!x)
+        return;
+    if (x->leaks) {
+        sb_printf(b, "  \"leaks\": [");
+        for (int i = 0; i < x->nsites; i++) {
+            const site_agg_t *st = &x->sites[i];
+            sb_printf(b, "%s\n    {\"site\": ", i ? "," : "");
+            sb_json_str(b, st->text);
+            sb_printf(b, ", \"api\": ");
+            sb_json_str(b, rk_obs_api_name(st->api));
+            sb_printf(b, ", \"kind\": ");
+            sb_json_str(b, rk_obs_kind_name(st->kind));
+            sb_printf(b, ", \"ranks\": %d, \"bytes\": %llu, \"count\": %llu, \"first_rank\": %d}",
+                      st->ranks, (unsigned long long)st->bytes, (unsigned long long)st->count,
+                      st->first_rank);
+        }
+        sb_printf(b, "%s],\n", x->nsites ? "\n  " : "");
+    }
+    sb_printf(b, "  \"timeline\": {\"t_end_s\": ");
+    sb_json_num(b, (double)x->t_end_ns / 1e9);
+    sb_printf(b, ", \"buckets\": %d, \"bytes\": [", RM_TIMELINE_BUCKETS);
+    for (int i = 0; i < a->n; i++) {
+        sb_printf(b, "%s\n    [", i ? "," : "");
+        for (int k = 0; k < RM_TIMELINE_BUCKETS; k++)
+            sb_printf(b, "%s%llu", k ? ", " : "", (unsigned long long)a->rec[i].timeline[k]);
+        sb_putc(b, ']');
+    }
+    sb_printf(b, "%s]},\n", a->n ? "\n  " : "");
+    sb_printf(b, "  \"phases\": [");
+    for (int i = 0; i < x->nphases; i++) {
+        const phase_agg_t *p = &x->phases[i];
+        sb_printf(b, "%s\n    {\"name\": ", i ? "," : "");
+        sb_json_str(b, p->name);
+        sb_printf(b, ", \"t_start_s\": ");
+        sb_json_num(b, p->t_start_s);
+        sb_printf(b, ", \"t_end_s\": ");
+        sb_json_num(b, p->t_end_s);
+        sb_printf(b, ", \"peak_min\": %llu, \"peak_max\": %llu, \"peak_max_rank\": %d, "
+                     "\"peak_mean\": ", (unsigned long long)p->peak_min,
+                  (unsigned long long)p->peak_max, p->peak_max_rank);
+        sb_json_num(b, p->peak_mean);
+        sb_printf(b, ", \"ranks\": %d}", p->ranks);
+    }
+    sb_printf(b, "%s],\n", x->nphases ? "\n  " : "");
+}
+
+/* The timeline as CSV (<report>-timeline.csv): rank,bucket,t_s,bytes,
+ * t_s the bucket's start. */
+static void csv_timeline(sbuf_t *b, const analysis_t *a)
+{
+    double dt = a->x ? (double)a->x->t_end_ns / 1e9 / RM_TIMELINE_BUCKETS : 0.0;
+    sb_printf(b, "rank,bucket,t_s,bytes\n");
+    for (int i = 0; i < a->n; i++)
+        for (int k = 0; k < RM_TIMELINE_BUCKETS; k++)
+            sb_printf(b, "%d,%d,%.6f,%llu\n", a->rec[i].rank, k, dt * k,
+                      (unsigned long long)a->rec[i].timeline[k]);
 }
 
 static void json_report(sbuf_t *b, const analysis_t *a)
@@ -1151,7 +1099,7 @@ static void json_report(sbuf_t *b, const analysis_t *a)
         sb_printf(b, "%s\n    {\"host\": ", k ? "," : "");
         sb_json_str(b, rec[a->by_host[nd->first]].host);
         sb_printf(b, ", \"ranks\": [");
-        for (int i = 0; i < nd->count; i++)
+        for (size_t i = 0; i < nd->count; i++)
             sb_printf(b, "%s%d", i ? ", " : "", rec[a->by_host[nd->first + i]].rank);
         sb_printf(b, "], \"node_devices\": %d, \"devices\": [", nd->node_devices);
         for (int d = 0; d < nd->ndevices; d++)
@@ -1164,6 +1112,10 @@ static void json_report(sbuf_t *b, const analysis_t *a)
                   (unsigned long long)nd->peak_max, nd->peak_max_rank,
                   (unsigned long long)nd->leaked_sum, (unsigned long long)nd->total_sum,
                   (unsigned long long)nd->reserved_sum);
+        sb_printf(b, ", \"observed_gpu_peak_sum\": %llu, \"observed_gpu_peak_max\": %llu, "
+                     "\"observed_gpu_peak_max_rank\": %d",
+                  (unsigned long long)nd->obs_peak_sum, (unsigned long long)nd->obs_peak_max,
+                  nd->obs_peak_max_rank);
         if (nd->ndevices)
             sb_printf(b, ", \"dev_total\": %llu, \"dev_free_init_min\": %llu, "
                          "\"dev_free_final_min\": %llu}",
@@ -1197,7 +1149,9 @@ static void json_report(sbuf_t *b, const analysis_t *a)
     sb_printf(b, "],\n  \"top_by_peak\": [");
     for (int k = 0; k < a->ntop; k++)
         sb_printf(b, "%s%d", k ? ", " : "", rec[a->top[k]].rank);
-    sb_printf(b, "],\n  \"ranks\": [");
+    sb_printf(b, "],\n");
+    json_observed(b, a);
+    sb_printf(b, "  \"ranks\": [");
     for (int i = 0; i < a->n; i++) {
         sb_printf(b, "%s\n    ", i ? "," : "");
         json_record(b, &rec[i]);
@@ -1210,35 +1164,9 @@ static void json_report(sbuf_t *b, const analysis_t *a)
 
 static void csv_report(sbuf_t *b, const analysis_t *a)
 {
-    sb_printf(b, "rank,size,host,local_rank,local_size,env_local_rank,device,node_devices,"
-                 "device_name,pci_bus_id,bind_mode,spec,flags,host_fallback,shared_gpu,"
-                 "bind_mismatch,bind_none");
-    for (size_t f = 0; f < NFIELDS; f++)
-        sb_printf(b, ",%s", fields[f].key);
-    sb_printf(b, ",dev_total_init,dev_free_init,dev_total_final,dev_free_final,staged_ns,wall_s,version\n");
-    for (int i = 0; i < a->n; i++) {
-        const rk_mpi_record_t *r = &a->rec[i];
-        sb_printf(b, "%d,%d,", r->rank, r->size);
-        sb_csv_str(b, r->host);
-        sb_printf(b, ",%d,%d,%d,%d,%d,", r->local_rank, r->local_size, r->env_local_rank,
-                  r->device, r->node_devices);
-        sb_csv_str(b, r->device_name);
-        sb_putc(b, ',');
-        sb_csv_str(b, r->pci_bus_id);
-        sb_putc(b, ',');
-        sb_csv_str(b, r->bind_mode);
-        sb_putc(b, ',');
-        sb_csv_str(b, r->spec);
-        sb_printf(b, ",%u,%d,%d,%d,%d", r->flags, (r->flags & RK_MPI_HOST_FALLBACK) != 0,
-                  (r->flags & RK_MPI_SHARED_GPU) != 0, (r->flags & RK_MPI_BIND_MISMATCH) != 0,
-                  (r->flags & RK_MPI_BIND_NONE) != 0);
-        for (size_t f = 0; f < NFIELDS; f++)
-            sb_printf(b, ",%llu", (unsigned long long)field_of(r, f));
-        sb_printf(b, ",%llu,%llu,%llu,%llu,%llu,%.6f,%u\n", (unsigned long long)r->dev_total_init,
-                  (unsigned long long)r->dev_free_init, (unsigned long long)r->dev_total_final,
-                  (unsigned long long)r->dev_free_final, (unsigned long long)r->staged_ns,
-                  r->wall_s, r->version);
-    }
+    rm_csv_header(b);
+    for (int i = 0; i < a->n; i++)
+        rm_csv_row(b, &a->rec[i]);
 }
 
 /* ------------------------------------------------------------------------
@@ -1246,7 +1174,7 @@ static void csv_report(sbuf_t *b, const analysis_t *a)
 
 static void write_stream(FILE *f, const sbuf_t *docs, unsigned formats)
 {
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < NDOCS; k++)
         if (formats & (1u << k))
             fwrite(docs[k].p, 1, docs[k].len, f);
     fflush(f);
@@ -1256,7 +1184,8 @@ static void write_stream(FILE *f, const sbuf_t *docs, unsigned formats)
 static void write_files(const settings_t *s, const analysis_t *a, const sbuf_t *docs,
                         const char *suffix)
 {
-    char path[PATH_MAX], base[PATH_MAX], names[3][PATH_MAX], tmp[PATH_MAX];
+    char path[PATH_MAX], base[PATH_MAX], names[NDOCS][PATH_MAX], tmp[PATH_MAX];
+    unsigned formats = s->formats;
     const char *why = "";
     char bad = 0;
     if (expand(s->tmpl, a->n, a->stamp, path, sizeof path, &why, &bad) != 0) {
@@ -1284,8 +1213,8 @@ static void write_files(const settings_t *s, const analysis_t *a, const sbuf_t *
     unsigned n = 0;
     for (; n <= RK_MAX_SUFFIX; n++) {
         int taken = 0, bad_name = 0;
-        for (int k = 0; k < 3; k++) {
-            if (!(s->formats & (1u << k)))
+        for (int k = 0; k < NDOCS; k++) {
+            if (!(formats & (1u << k)))
                 continue;
             if (name_of(names[k], sizeof names[k], base, n, fmt_exts[k]) != 0)
                 bad_name = 1;
@@ -1299,12 +1228,12 @@ static void write_files(const settings_t *s, const analysis_t *a, const sbuf_t *
         if (!taken)
             break;
     }
-    char done[3 * PATH_MAX + 16];
+    char done[NDOCS * PATH_MAX + 16];
     size_t dlen = 0;
     int failed = 0;
     done[0] = '\0';
-    for (int k = 0; k < 3; k++) {
-        if (!(s->formats & (1u << k)))
+    for (int k = 0; k < NDOCS; k++) {
+        if (!(formats & (1u << k)))
             continue;
         if (n > RK_MAX_SUFFIX) {
             warn("cannot find a free name for '%s%s' (tried up to .%d)", base, fmt_exts[k],
@@ -1353,16 +1282,17 @@ static void write_files(const settings_t *s, const analysis_t *a, const sbuf_t *
     fflush(stderr);
 }
 
-static int write_report(const settings_t *s, const rk_mpi_record_t *rec, int n, const char *phase,
-                        const char *trigger, const char *suffix)
+static int write_report(const settings_t *s, const rk_mpi_record_t *rec, int n, const extras_t *x,
+                        const char *phase, const char *trigger, const char *suffix)
 {
     analysis_t a;
     memset(&a, 0, sizeof a);
     a.rec = rec;
+    a.x = x;
     a.n = n;
     a.phase = phase;
     a.trigger = trigger;
-    sbuf_t docs[3];
+    sbuf_t docs[NDOCS];
     memset(docs, 0, sizeof docs);
     if (analyse(&a) != 0) {
         warn("out of memory analysing %d records; no report", n);
@@ -1376,6 +1306,8 @@ static int write_report(const settings_t *s, const rk_mpi_record_t *rec, int n, 
         json_report(&docs[1], &a);
     if (need & FMT_CSV)
         csv_report(&docs[2], &a);
+    if (need & FMT_TIMELINE)
+        csv_timeline(&docs[3], &a);
     switch (s->dest) {
     case DEST_STDOUT:
         write_stream(stdout, docs, s->formats);
@@ -1389,7 +1321,7 @@ static int write_report(const settings_t *s, const rk_mpi_record_t *rec, int n, 
     case DEST_OFF:
         break;
     }
-    for (int k = 0; k < 3; k++)
+    for (int k = 0; k < NDOCS; k++)
         free(docs[k].p);
     analysis_free(&a);
     return 0;
@@ -1397,6 +1329,96 @@ static int write_report(const settings_t *s, const rk_mpi_record_t *rec, int n, 
 
 /* ------------------------------------------------------------------------
  * The collective. */
+
+/* ---- observed memory (the recorder, mpi/recorder.h) ---- */
+
+static void copy_counts(rm_counts_t *d, const rk_obs_counts_t *c)
+{
+    d->current = c->current;
+    d->peak = c->peak;
+    d->total = c->total;
+    d->count = c->count;
+    d->live = c->live;
+    d->peak_ns = c->peak_ns;
+}
+
+/* This rank's call sites' words, as they were sent (hashes travel; the
+ * text of the chosen ones only, at the end). One per report call. */
+typedef char site_text_t[RM_LEAK_TOP][RM_SITE_TEXT];
+
+/* The observed part of the record (state, counts); returns the snapshot's
+ * time (0 when the recorder is not enabled). */
+static uint64_t fill_observed(rk_mpi_record_t *rec)
+{
+    const char *why = NULL;
+    rk_obs_state_t st = rk_obs_get_state(&why);
+    rec->obs.state = (int32_t)st;
+    snprintf(rec->obs.why, sizeof rec->obs.why, "%s", st == RK_OBS_ON || !why ? "" : why);
+    if (!rk_obs_enabled())
+        return 0;
+    rk_obs_sample_now(); /* the last interval is in the timeline too */
+    rk_obs_summary_t sm;
+    memset(&sm, 0, sizeof sm);
+    rk_obs_summary(&sm);
+    for (int k = 0; k < RM_OBS_NKINDS && k < RK_OBS_NKINDS; k++)
+        copy_counts(&rec->obs.kind[k], &sm.program[k]);
+    copy_counts(&rec->obs.gpu, &sm.program_gpu);
+    copy_counts(&rec->obs.served, &sm.by[RK_OBS_SERVED][RK_OBS_DEVICE]);
+    rec->obs.served.peak_ns = 0;
+    rec->obs.rankmem_current = sm.by[RK_OBS_RANKMEM][RK_OBS_DEVICE].current;
+    rec->obs.rankmem_peak = sm.by[RK_OBS_RANKMEM][RK_OBS_DEVICE].peak;
+    rec->obs.events = sm.events;
+    rec->obs.unmatched_frees = sm.unmatched_frees;
+    rec->obs.untracked = sm.untracked;
+    return sm.now_ns;
+}
+
+#define RK_TIMELINE_READ 4096 /* samples read back (the recorder keeps 512 by default) */
+
+/* The timeline resampled over the job's axis, and (finalize) the largest
+ * live sites. */
+static void fill_timeline_and_sites(rk_mpi_record_t *rec, uint64_t t_end_ns, int final,
+                                    site_text_t *my_site_text)
+{
+    rec->nleaks = 0;
+    memset(*my_site_text, 0, sizeof *my_site_text);
+    if (!rk_obs_enabled())
+        return;
+    rk_obs_sample_t *smp = malloc(sizeof *smp * RK_TIMELINE_READ);
+    uint64_t *t = malloc(sizeof *t * RK_TIMELINE_READ), *v = malloc(sizeof *v * RK_TIMELINE_READ);
+    if (smp && t && v) {
+        size_t n = rk_obs_timeline(smp, RK_TIMELINE_READ);
+        if (n > RK_TIMELINE_READ)
+            n = RK_TIMELINE_READ;
+        for (size_t i = 0; i < n; i++) {
+            t[i] = smp[i].t_ns;
+            v[i] = smp[i].bytes;
+        }
+        rm_timeline_resample(t, v, n, t_end_ns, rec->timeline);
+    }
+    free(smp);
+    free(t);
+    free(v);
+    if (!final)
+        return;
+    rk_obs_site_t *sites = malloc(sizeof *sites * RM_LEAK_TOP);
+    if (!sites)
+        return;
+    size_t n = rk_obs_live_sites(sites, RM_LEAK_TOP);
+    if (n > RM_LEAK_TOP)
+        n = RM_LEAK_TOP;
+    for (size_t i = 0; i < n; i++) {
+        rk_obs_site_text(&sites[i], (*my_site_text)[i], RM_SITE_TEXT);
+        (*my_site_text)[i][RM_SITE_TEXT - 1] = '\0';
+        rm_leak_t *l = &rec->leaks[rec->nleaks++];
+        l->hash = rm_site_hash((*my_site_text)[i]);
+        l->bytes = sites[i].bytes;
+        l->count = sites[i].count;
+        l->api = sites[i].api;
+        l->kind = sites[i].kind;
+    }
+    free(sites);
+}
 
 /* This rank's record; a stub (version 0) where the plugin is not active
  * here, so that the gather still has every rank's bytes. */
@@ -1421,6 +1443,184 @@ static void my_record(rk_mpi_record_t *rec, int active)
         rec->host[0] = '\0';
 }
 
+/* Phases, matched by index across ranks (names from rank 0): four
+ * reductions of fixed size, whatever the number of ranks. */
+static int reduce_phases(MPI_Comm comm, int rank, extras_t *x)
+{
+    enum { NP = RK_OBS_MAX_PHASES };
+    rk_obs_phase_t *ph = calloc(NP, sizeof *ph);
+    uint64_t mins[2 * NP], maxs[NP], sums[2 * NP], rmins[2 * NP], rmaxs[NP], rsums[2 * NP];
+    struct {
+        double v;
+        int rank;
+    } loc[NP], rloc[NP];
+    size_t n = ph && rk_obs_enabled() ? rk_obs_phases(ph, NP) : 0;
+    if (n > NP)
+        n = NP;
+    for (int i = 0; i < NP; i++) {
+        int have = (size_t)i < n;
+        mins[i] = have ? ph[i].peak : UINT64_MAX;
+        mins[NP + i] = have ? ph[i].t_start_ns : UINT64_MAX;
+        maxs[i] = have ? ph[i].t_end_ns : 0;
+        sums[i] = have ? ph[i].peak : 0;
+        sums[NP + i] = (uint64_t)have;
+        loc[i].v = have ? (double)ph[i].peak : -1.0;
+        loc[i].rank = rank;
+    }
+    int rc;
+    if ((rc = MPI_Reduce(mins, rmins, 2 * NP, MPI_UINT64_T, MPI_MIN, 0, comm)) != MPI_SUCCESS ||
+        (rc = MPI_Reduce(maxs, rmaxs, NP, MPI_UINT64_T, MPI_MAX, 0, comm)) != MPI_SUCCESS ||
+        (rc = MPI_Reduce(sums, rsums, 2 * NP, MPI_UINT64_T, MPI_SUM, 0, comm)) != MPI_SUCCESS ||
+        (rc = MPI_Reduce(loc, rloc, NP, MPI_DOUBLE_INT, MPI_MAXLOC, 0, comm)) != MPI_SUCCESS) {
+        free(ph);
+        return rc;
+    }
+    if (rank == 0) {
+        /* Rank 0's phases name them; a later phase only other ranks had
+         * is left out (the phases are the program's, the same everywhere). */
+        x->nphases = (int)n;
+        for (int i = 0; i < (int)n; i++) {
+            phase_agg_t *p = &x->phases[i];
+            snprintf(p->name, sizeof p->name, "%s", ph[i].name);
+            p->t_start_s = (double)rmins[NP + i] / 1e9;
+            p->t_end_s = (double)rmaxs[i] / 1e9;
+            p->peak_min = rmins[i];
+            p->peak_max = (uint64_t)rloc[i].v; /* exact below 2^53 bytes */
+            p->peak_max_rank = rloc[i].rank;
+            p->ranks = (int)rsums[NP + i];
+            p->peak_mean = p->ranks ? (double)rsums[i] / p->ranks : 0.0;
+        }
+    }
+    free(ph);
+    return MPI_SUCCESS;
+}
+
+/* ---- leaks by call site, across ranks ---- */
+
+typedef struct {
+    uint64_t hash, bytes, count;
+    int rank, api, kind;
+} entry_t;
+
+static int cmp_entry(const void *a, const void *b)
+{
+    const entry_t *x = a, *y = b;
+    if (x->hash != y->hash)
+        return x->hash < y->hash ? -1 : 1;
+    return (x->rank > y->rank) - (x->rank < y->rank);
+}
+
+static int cmp_site(const void *a, const void *b)
+{
+    const site_agg_t *x = a, *y = b;
+    if (x->bytes != y->bytes)
+        return x->bytes < y->bytes ? 1 : -1;
+    return (x->hash > y->hash) - (x->hash < y->hash);
+}
+
+/* Rank 0: the gathered entries merged by site, the largest RM_LEAK_SITES
+ * kept in x->sites (text still empty). */
+static void merge_sites(const rk_mpi_record_t *all, int n, extras_t *x)
+{
+    size_t ne = 0;
+    for (int i = 0; i < n; i++)
+        ne += all[i].nleaks > 0 && all[i].nleaks <= RM_LEAK_TOP ? (size_t)all[i].nleaks : 0;
+    x->nsites = 0;
+    if (!ne)
+        return;
+    entry_t *e = malloc(sizeof *e * ne);
+    site_agg_t *m = malloc(sizeof *m * ne);
+    if (!e || !m) {
+        free(e);
+        free(m);
+        warn("out of memory merging %zu call sites; the report names none", ne);
+        return;
+    }
+    size_t k = 0;
+    for (int i = 0; i < n; i++)
+        for (int j = 0; j < all[i].nleaks && j < RM_LEAK_TOP; j++) {
+            const rm_leak_t *l = &all[i].leaks[j];
+            e[k++] = (entry_t){l->hash, l->bytes, l->count, all[i].rank, l->api, l->kind};
+        }
+    qsort(e, ne, sizeof *e, cmp_entry);
+    size_t nm = 0;
+    for (size_t i = 0; i < ne; i++) {
+        site_agg_t *s = nm ? &m[nm - 1] : NULL;
+        if (!s || s->hash != e[i].hash) {
+            s = &m[nm++];
+            memset(s, 0, sizeof *s - sizeof s->text);
+            s->hash = e[i].hash;
+            s->api = e[i].api;
+            s->kind = e[i].kind;
+            s->first_rank = e[i].rank;
+            s->text[0] = '\0';
+        } else if (e[i].rank == e[i - 1].rank) {
+            s->ranks--; /* two sites of one rank with one text: one rank */
+        }
+        s->ranks++;
+        s->bytes += e[i].bytes;
+        s->count += e[i].count;
+        x->sites_bytes += e[i].bytes;
+    }
+    qsort(m, nm, sizeof *m, cmp_site);
+    x->nsites = nm < RM_LEAK_SITES ? (int)nm : RM_LEAK_SITES;
+    for (int i = 0; i < x->nsites; i++) {
+        memcpy(&x->sites[i], &m[i], sizeof m[i] - sizeof m[i].text);
+        x->sites[i].text[0] = '\0';
+    }
+    free(e);
+    free(m);
+}
+
+/* Collective: the chosen sites' words. Rank 0 broadcasts their hashes;
+ * each rank that has one puts its text in (the same text on every rank
+ * that has it, so a bytewise MAX leaves it whole) and its rank (MIN: the
+ * lowest rank that has it). Fixed size: RM_LEAK_SITES texts. */
+static int site_texts(MPI_Comm comm, int rank, extras_t *x, const rk_mpi_record_t *mine,
+                      const site_text_t *my_site_text)
+{
+    uint64_t hashes[RM_LEAK_SITES + 1];
+    memset(hashes, 0, sizeof hashes);
+    if (rank == 0) {
+        hashes[0] = (uint64_t)x->nsites;
+        for (int i = 0; i < x->nsites; i++)
+            hashes[i + 1] = x->sites[i].hash;
+    }
+    int rc = MPI_Bcast(hashes, RM_LEAK_SITES + 1, MPI_UINT64_T, 0, comm);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    int ns = hashes[0] <= RM_LEAK_SITES ? (int)hashes[0] : RM_LEAK_SITES;
+    if (ns == 0)
+        return MPI_SUCCESS;
+    /* 10 KiB on the stack: no allocation that could fail on one rank only */
+    unsigned char text[RM_LEAK_SITES][RM_SITE_TEXT], rtext[RM_LEAK_SITES][RM_SITE_TEXT];
+    memset(text, 0, sizeof text);
+    int owner[RM_LEAK_SITES], rowner[RM_LEAK_SITES];
+    for (int i = 0; i < ns; i++) {
+        owner[i] = INT_MAX;
+        for (int j = 0; j < mine->nleaks && j < RM_LEAK_TOP; j++)
+            if (mine->leaks[j].hash == hashes[i + 1]) {
+                owner[i] = rank;
+                memcpy(text[i], (*my_site_text)[j], RM_SITE_TEXT);
+                break;
+            }
+    }
+    if ((rc = MPI_Reduce(owner, rowner, ns, MPI_INT, MPI_MIN, 0, comm)) != MPI_SUCCESS ||
+        (rc = MPI_Reduce(text, rtext, ns * RM_SITE_TEXT, MPI_UNSIGNED_CHAR, MPI_MAX, 0, comm)) !=
+            MPI_SUCCESS)
+        return rc;
+    if (rank == 0)
+        for (int i = 0; i < ns && i < x->nsites; i++) {
+            x->sites[i].first_rank = rowner[i] == INT_MAX ? x->sites[i].first_rank : rowner[i];
+            memcpy(x->sites[i].text, rtext[i], RM_SITE_TEXT);
+            x->sites[i].text[RM_SITE_TEXT - 1] = '\0';
+            if (!x->sites[i].text[0])
+                snprintf(x->sites[i].text, RM_SITE_TEXT, "%s (site %016llx)",
+                         rk_obs_api_name(x->sites[i].api), (unsigned long long)x->sites[i].hash);
+        }
+    return MPI_SUCCESS;
+}
+
 /* Collective over comm. path: NULL for RANKMEM_REPORT. suffix: what a file
  * name gets for this phase. Returns an MPI error code (MPI_SUCCESS when the
  * report was skipped or a write failed: those are warnings). */
@@ -1433,18 +1633,21 @@ static int report_collective(MPI_Comm comm, const char *path, const char *phase,
     if ((rc = MPI_Comm_size(comm, &size)) != MPI_SUCCESS)
         return rc;
     int active = rk_mpi_active();
+    int final = strcmp(phase, "finalize") == 0;
 
     settings_t s;
     memset(&s, 0, sizeof s);
     int want = 0;
     rk_mpi_record_t *all = NULL;
+    extras_t *x = NULL;
     if (rank == 0) {
         read_settings(path, &s);
         /* Without the plugin on rank 0 there is no report to write. */
         want = active && s.dest != DEST_OFF;
-        /* Rank 0's buffer before anything else: without it there is no
+        /* Rank 0's buffers before anything else: without them there is no
          * gather at all, and the others learn so below. */
-        if (want && !(all = malloc(sizeof(rk_mpi_record_t) * (size_t)size))) {
+        if (want && (!(all = malloc(sizeof(rk_mpi_record_t) * (size_t)size)) ||
+                     !(x = calloc(1, sizeof *x)))) {
             warn("out of memory for %d records; no report", size);
             want = 0;
         }
@@ -1454,28 +1657,59 @@ static int report_collective(MPI_Comm comm, const char *path, const char *phase,
      * does not wait in it, and the others would wait in the gather anyway. */
     if ((rc = MPI_Bcast(&want, 1, MPI_INT, 0, comm)) != MPI_SUCCESS || !want) {
         free(all);
+        free(x);
         return rc;
     }
 
-    rk_mpi_record_t mine;
-    my_record(&mine, active);
-    rc = MPI_Gather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE, 0, comm);
-    if (rc != MPI_SUCCESS || rank != 0) {
-        free(all);
-        return rc;
+    rk_mpi_record_t *mine = calloc(1, sizeof *mine);
+    site_text_t *texts = calloc(1, sizeof *texts);
+    rk_mpi_record_t stub;
+    static site_text_t no_texts; /* never written: nleaks stays 0 without texts */
+    if (!mine) /* still take part: a record of zeros */
+        mine = &stub;
+    my_record(mine, active);
+    uint64_t now = active ? fill_observed(mine) : 0, t_end = 0;
+    /* The timeline's common axis: [0, the longest run]. */
+    rc = MPI_Allreduce(&now, &t_end, 1, MPI_UINT64_T, MPI_MAX, comm);
+    if (rc == MPI_SUCCESS) {
+        if (active && texts)
+            fill_timeline_and_sites(mine, t_end, final, texts);
+        rc = MPI_Gather(mine, (int)sizeof *mine, MPI_BYTE, all, (int)sizeof *mine, MPI_BYTE, 0,
+                        comm);
     }
-    for (int i = 0; i < size; i++) { /* defensively terminated */
-        all[i].host[sizeof all[i].host - 1] = '\0';
-        all[i].device_name[sizeof all[i].device_name - 1] = '\0';
-        all[i].pci_bus_id[sizeof all[i].pci_bus_id - 1] = '\0';
-        all[i].bind_mode[sizeof all[i].bind_mode - 1] = '\0';
-        all[i].spec[sizeof all[i].spec - 1] = '\0';
+    if (rc == MPI_SUCCESS)
+        rc = reduce_phases(comm, rank, rank == 0 ? x : NULL);
+    if (rc == MPI_SUCCESS && final) {
+        if (rank == 0) {
+            x->leaks = 1;
+            merge_sites(all, size, x);
+        }
+        rc = site_texts(comm, rank, x, mine, texts ? (const site_text_t *)texts : &no_texts);
     }
-    pthread_mutex_lock(&report_lock);
-    write_report(&s, all, size, phase, trigger, suffix);
-    pthread_mutex_unlock(&report_lock);
+    if (rc == MPI_SUCCESS && rank == 0) {
+        x->t_end_ns = t_end;
+        for (int i = 0; i < size; i++) { /* defensively terminated */
+            all[i].host[sizeof all[i].host - 1] = '\0';
+            all[i].device_name[sizeof all[i].device_name - 1] = '\0';
+            all[i].pci_bus_id[sizeof all[i].pci_bus_id - 1] = '\0';
+            all[i].bind_mode[sizeof all[i].bind_mode - 1] = '\0';
+            all[i].spec[sizeof all[i].spec - 1] = '\0';
+            all[i].obs.why[sizeof all[i].obs.why - 1] = '\0';
+        }
+        /* One analysis at a time in this process (MPI_THREAD_MULTIPLE):
+         * the sorts' records are the process's. Not held across the
+         * collectives above: two threads' reports over two communicators
+         * must not wait on each other. */
+        pthread_mutex_lock(&report_lock);
+        write_report(&s, all, size, x, phase, trigger, suffix);
+        pthread_mutex_unlock(&report_lock);
+    }
+    if (mine != &stub)
+        free(mine);
+    free(texts);
     free(all);
-    return MPI_SUCCESS;
+    free(x);
+    return rc;
 }
 
 int rk_mpi_report_write(MPI_Comm comm, const char *path)
@@ -1531,6 +1765,8 @@ static int pcontrol_report(const char *label)
         snprintf(phase, sizeof phase, "phase%d", k);
     }
     snprintf(suffix, sizeof suffix, "-%s", phase);
+    /* The report's phase is also a phase of the timeline (rank 0's name). */
+    rk_obs_phase(label && *label ? label : phase);
     return report_collective(MPI_COMM_WORLD, NULL, phase, "MPI_Pcontrol", suffix);
 }
 

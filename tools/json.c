@@ -4,9 +4,36 @@
 #include "json.h"
 
 #include <stdarg.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* The tree lives in an arena: values, strings and member arrays are carved
+ * from large blocks, freed all at once with the document. A report of
+ * 100,000 ranks is some 15 million values: a malloc each would double the
+ * memory (headers, rounding) and the time. */
+typedef struct chunk {
+    struct chunk *next;
+    size_t used, cap;
+    max_align_t data[]; /* cap bytes */
+} chunk_t;
+
+#define CHUNK_BYTES ((size_t)1 << 20)
+
+/* What json_parse returns: the root, with the arena it owns. */
+typedef struct {
+    chunk_t *chunks;
+    json_value_t root;
+} doc_t;
+
+/* A container's members wait here until it closes; then they are copied
+ * to the arena at their exact number (nested containers stack up). */
+typedef struct {
+    json_value_t **items;
+    char **keys;
+    size_t n, cap;
+} stack_t_;
 
 typedef struct {
     const char *p, *end;
@@ -15,7 +42,46 @@ typedef struct {
     int depth;
     json_error_t *err;
     int failed;
+    chunk_t *chunks;
+    stack_t_ st;
+    char *sb;          /* a string being read (reused) */
+    size_t sb_cap;
 } parser_t;
+
+static void *arena_alloc(parser_t *ps, size_t n)
+{
+    n = (n + sizeof(max_align_t) - 1) / sizeof(max_align_t) * sizeof(max_align_t);
+    chunk_t *c = ps->chunks;
+    if (!c || c->cap - c->used < n) {
+        size_t cap = n > CHUNK_BYTES / 4 ? n : CHUNK_BYTES;
+        c = malloc(sizeof *c + cap);
+        if (!c)
+            return NULL;
+        c->cap = cap;
+        c->used = 0;
+        if (n > CHUNK_BYTES / 4 && ps->chunks) {
+            /* a large block: behind the current chunk, which keeps filling */
+            c->next = ps->chunks->next;
+            ps->chunks->next = c;
+            c->used = n;
+            return c->data;
+        }
+        c->next = ps->chunks;
+        ps->chunks = c;
+    }
+    void *p = (char *)c->data + c->used;
+    c->used += n;
+    return p;
+}
+
+static void arena_free(chunk_t *c)
+{
+    while (c) {
+        chunk_t *next = c->next;
+        free(c);
+        c = next;
+    }
+}
 
 static void fail_at(parser_t *ps, const char *at, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
@@ -62,11 +128,12 @@ static void skip_ws(parser_t *ps)
 
 static json_value_t *new_value(parser_t *ps, json_type_t t, const char *at)
 {
-    json_value_t *v = calloc(1, sizeof *v);
+    json_value_t *v = arena_alloc(ps, sizeof *v);
     if (!v) {
         fail_at(ps, at, "out of memory");
         return NULL;
     }
+    memset(v, 0, sizeof *v);
     v->type = t;
     v->line = ps->line;
     v->column = (int)(at - ps->line_start) + 1;
@@ -77,15 +144,9 @@ void json_free(json_value_t *v)
 {
     if (!v)
         return;
-    for (size_t i = 0; i < v->count; i++) {
-        json_free(v->items[i]);
-        if (v->keys)
-            free(v->keys[i]);
-    }
-    free(v->items);
-    free(v->keys);
-    free(v->str);
-    free(v);
+    doc_t *d = (doc_t *)(void *)((char *)v - offsetof(doc_t, root));
+    arena_free(d->chunks);
+    free(d);
 }
 
 /* Appends one byte to a growing string. */
@@ -149,11 +210,11 @@ static int sb_utf8(sbuf_t *b, unsigned cp)
     return r;
 }
 
-/* At the opening quote. Returns the string (malloc'd) and its length. */
+/* At the opening quote. Returns the string (in the arena) and its length. */
 static char *parse_string_raw(parser_t *ps, size_t *len_out)
 {
     const char *start = ps->p;
-    sbuf_t b = {0};
+    sbuf_t b = {ps->sb, 0, ps->sb_cap}; /* the parser's buffer, reused */
     ps->p++; /* the quote */
     if (sb_add(&b, '\0') != 0) /* an empty string is still an allocated "" */
         goto oom;
@@ -228,12 +289,21 @@ static char *parse_string_raw(parser_t *ps, size_t *len_out)
         if (sb_add(&b, out) != 0)
             goto oom;
     }
-    *len_out = b.len;
-    return b.s;
+    ps->sb = b.s;
+    ps->sb_cap = b.cap;
+    {
+        char *out = arena_alloc(ps, b.len + 1);
+        if (!out)
+            goto oom;
+        memcpy(out, b.s, b.len + 1);
+        *len_out = b.len;
+        return out;
+    }
 oom:
     fail_at(ps, start, "out of memory");
 bad:
-    free(b.s);
+    ps->sb = b.s;
+    ps->sb_cap = b.cap;
     return NULL;
 }
 
@@ -289,7 +359,6 @@ static json_value_t *parse_number(parser_t *ps)
     char *copy = n < sizeof tmp ? tmp : malloc(n + 1);
     if (!copy) {
         fail_at(ps, start, "out of memory");
-        free(v);
         return NULL;
     }
     memcpy(copy, start, n);
@@ -329,28 +398,51 @@ static int literal(parser_t *ps, const char *word)
     return 0;
 }
 
-static int push(parser_t *ps, json_value_t *c, json_value_t *item, char *key, size_t *cap)
+static int push(parser_t *ps, json_value_t *item, char *key)
 {
-    if (c->count == *cap) {
-        size_t ncap = *cap ? *cap * 2 : 8;
-        json_value_t **items = realloc(c->items, ncap * sizeof *items);
+    stack_t_ *st = &ps->st;
+    if (st->n == st->cap) {
+        size_t ncap = st->cap ? st->cap * 2 : 256;
+        json_value_t **items = realloc(st->items, ncap * sizeof *items);
         if (!items)
             goto oom;
-        c->items = items;
-        if (c->type == JSON_OBJECT) {
-            char **keys = realloc(c->keys, ncap * sizeof *keys);
-            if (!keys)
-                goto oom;
-            c->keys = keys;
-        }
-        *cap = ncap;
+        st->items = items;
+        char **keys = realloc(st->keys, ncap * sizeof *keys);
+        if (!keys)
+            goto oom;
+        st->keys = keys;
+        st->cap = ncap;
     }
-    c->items[c->count] = item;
-    if (c->type == JSON_OBJECT)
-        c->keys[c->count] = key;
-    c->count++;
+    st->items[st->n] = item;
+    st->keys[st->n] = key;
+    st->n++;
     return 0;
 oom:
+    fail_at(ps, ps->p, "out of memory");
+    return -1;
+}
+
+/* The members pushed since `base` become c's, copied to the arena. */
+static int close_container(parser_t *ps, json_value_t *c, size_t base)
+{
+    size_t n = ps->st.n - base;
+    ps->st.n = base;
+    c->count = n;
+    if (!n)
+        return 0;
+    c->items = arena_alloc(ps, n * sizeof *c->items);
+    if (!c->items)
+        goto oom;
+    memcpy(c->items, ps->st.items + base, n * sizeof *c->items);
+    if (c->type == JSON_OBJECT) {
+        c->keys = arena_alloc(ps, n * sizeof *c->keys);
+        if (!c->keys)
+            goto oom;
+        memcpy(c->keys, ps->st.keys + base, n * sizeof *c->keys);
+    }
+    return 0;
+oom:
+    c->count = 0;
     fail_at(ps, ps->p, "out of memory");
     return -1;
 }
@@ -367,7 +459,7 @@ static json_value_t *parse_container(parser_t *ps, int object)
     json_value_t *c = new_value(ps, object ? JSON_OBJECT : JSON_ARRAY, start);
     if (!c)
         return NULL;
-    size_t cap = 0;
+    size_t base = ps->st.n;
     ps->p++;
     skip_ws(ps);
     if (ps->p < ps->end && *ps->p == close) {
@@ -391,22 +483,16 @@ static json_value_t *parse_container(parser_t *ps, int object)
             if (ps->p >= ps->end || *ps->p != ':') {
                 fail_at(ps, ps->p, "expected ':' after the member name \"%.40s\", found %s", key,
                         what_is(ps, ps->p, buf, sizeof buf));
-                free(key);
                 goto bad;
             }
             ps->p++;
             skip_ws(ps);
         }
         json_value_t *item = parse_value(ps);
-        if (!item) {
-            free(key);
+        if (!item)
             goto bad;
-        }
-        if (push(ps, c, item, key, &cap) != 0) {
-            json_free(item);
-            free(key);
+        if (push(ps, item, key) != 0)
             goto bad;
-        }
         skip_ws(ps);
         if (ps->p < ps->end && *ps->p == ',') {
             ps->p++;
@@ -427,9 +513,11 @@ static json_value_t *parse_container(parser_t *ps, int object)
         goto bad;
     }
     ps->depth--;
+    if (close_container(ps, c, base) != 0)
+        return NULL;
     return c;
 bad:
-    json_free(c);
+    ps->st.n = base; /* the arena is freed with the failed parse */
     return NULL;
 }
 
@@ -453,10 +541,8 @@ static json_value_t *parse_value(parser_t *ps)
         if (!v)
             return NULL;
         v->str = parse_string_raw(ps, &len);
-        if (!v->str) {
-            free(v);
+        if (!v->str)
             return NULL;
-        }
         v->len = len;
         return v;
     }
@@ -491,29 +577,48 @@ json_value_t *json_parse(const char *text, size_t len, json_error_t *err)
         snprintf(err->msg, sizeof err->msg, "no input");
         return NULL;
     }
-    parser_t ps = {text, text + len, text, 1, 0, err, 0};
+    parser_t ps;
+    memset(&ps, 0, sizeof ps);
+    ps.p = ps.line_start = text;
+    ps.end = text + len;
+    ps.line = 1;
+    ps.err = err;
     /* A UTF-8 byte order mark is tolerated (editors on some systems add it). */
     if (len >= 3 && memcmp(text, "\xef\xbb\xbf", 3) == 0) {
         ps.p += 3;
         ps.line_start = ps.p;
     }
+    doc_t *d = NULL;
     skip_ws(&ps);
     if (ps.p >= ps.end) {
         fail_at(&ps, ps.p, "empty input: no JSON value");
-        return NULL;
+        goto out;
     }
     json_value_t *v = parse_value(&ps);
     if (!v)
-        return NULL;
+        goto out;
     skip_ws(&ps);
     if (ps.p < ps.end) {
         char buf[48];
         fail_at(&ps, ps.p, "unexpected %s after the end of the document",
                 what_is(&ps, ps.p, buf, sizeof buf));
-        json_free(v);
-        return NULL;
+        goto out;
     }
-    return v;
+    /* Nothing points to the root: it moves next to the arena it owns. */
+    d = malloc(sizeof *d);
+    if (!d) {
+        fail_at(&ps, ps.p, "out of memory");
+        goto out;
+    }
+    d->root = *v;
+    d->chunks = ps.chunks;
+    ps.chunks = NULL;
+out:
+    arena_free(ps.chunks);
+    free(ps.st.items);
+    free(ps.st.keys);
+    free(ps.sb);
+    return d ? &d->root : NULL;
 }
 
 const json_value_t *json_get(const json_value_t *obj, const char *key)

@@ -26,18 +26,25 @@ typedef struct json_value json_value_t;
 struct json_value {
     json_type_t type;
     int line, column;      /* where the value starts, from 1 */
-    /* JSON_NUMBER */
-    double num;
-    int is_int;            /* no fraction, no exponent, fits 64 bits signed or unsigned */
+    int is_int;            /* JSON_NUMBER: no fraction, no exponent, fits 64 bits signed or unsigned */
     int negative;
-    uint64_t u64;          /* the magnitude when is_int */
-    /* JSON_STRING (NUL-terminated, UTF-8; may hold \u0000 as a NUL: len counts) */
-    char *str;
-    size_t len;
-    /* JSON_ARRAY: items; JSON_OBJECT: items with keys[i] naming items[i] */
-    json_value_t **items;
-    char **keys;
-    size_t count;
+    /* One of these, by type (48 bytes a value: a report of 100,000 ranks
+     * holds some 15 million of them). */
+    union {
+        struct {           /* JSON_NUMBER */
+            double num;
+            uint64_t u64;  /* the magnitude when is_int */
+        };
+        struct {           /* JSON_STRING (NUL-terminated, UTF-8; may hold \u0000 as a NUL: len counts) */
+            char *str;
+            size_t len;
+        };
+        struct {           /* JSON_ARRAY: items; JSON_OBJECT: items with keys[i] naming items[i] */
+            json_value_t **items;
+            char **keys;
+            size_t count;
+        };
+    };
 };
 
 /* What went wrong, and where (line and column from 1; column counts bytes). */
@@ -52,6 +59,8 @@ typedef struct {
 #define JSON_MAX_DEPTH 200
 json_value_t *json_parse(const char *text, size_t len, json_error_t *err);
 
+/* Frees a document: the value json_parse returned (the whole tree lives in
+ * one arena; a value inside it is not freed alone). NULL is fine. */
 void json_free(json_value_t *v);
 
 /* The member named key of an object (the first one), or NULL. */

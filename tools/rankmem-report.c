@@ -315,8 +315,8 @@ static void print_leaked(FILE *o, const rr_analysis_t *a, const opts_t *op)
     for (size_t k = 0; k < a->nleaked && k < limit; k++) {
         const rr_rank_t *r = &rep->ranks[a->leaked[k]];
         fprintf(o, "  %6d  %-20s %12s %12llu\n", r->rank, safe(r->host, s1, sizeof s1),
-                rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]),
-                (unsigned long long)r->v[RR_COUNT_CURRENT]);
+                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)),
+                (unsigned long long)rm_value(r, RR_COUNT_CURRENT));
     }
     if (a->nleaked > limit)
         fprintf(o, "  ... %zu more (--all lists them)\n", a->nleaked - limit);
@@ -338,10 +338,10 @@ static void print_top(FILE *o, const rr_analysis_t *a, const opts_t *op)
             snprintf(dv, sizeof dv, "host");
         fprintf(o, "  %6d  %-20s %5d %6s %12s %12s %12s %12llu\n", r->rank,
                 safe(r->host, s1, sizeof s1), r->local_rank, dv,
-                rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_PEAK]),
-                rr_fmt_bytes(b2, sizeof b2, (double)r->v[RR_RESERVED_PEAK]),
-                rr_fmt_bytes(b3, sizeof b3, (double)r->v[RR_BYTES_TOTAL]),
-                (unsigned long long)r->v[RR_COUNT_TOTAL]);
+                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_PEAK)),
+                rr_fmt_bytes(b2, sizeof b2, (double)rm_value(r, RR_RESERVED_PEAK)),
+                rr_fmt_bytes(b3, sizeof b3, (double)rm_value(r, RR_BYTES_TOTAL)),
+                (unsigned long long)rm_value(r, RR_COUNT_TOTAL));
     }
     if (limit < rep->n)
         fprintf(o, "  ... %zu more (--top N, --all)\n", rep->n - limit);
@@ -375,7 +375,7 @@ static void print_histogram(FILE *o, const rr_analysis_t *a, const opts_t *op)
     if (!count)
         return;
     for (size_t i = 0; i < rep->n; i++)
-        count[bucket_of(rep->ranks[i].v[RR_BYTES_PEAK], g->min, g->max, k)]++;
+        count[bucket_of(rm_value(&rep->ranks[i], RR_BYTES_PEAK), g->min, g->max, k)]++;
     size_t cmax = 0;
     for (int b = 0; b < k; b++)
         if (count[b] > cmax)
@@ -400,6 +400,122 @@ static void print_histogram(FILE *o, const rr_analysis_t *a, const opts_t *op)
     free(count);
 }
 
+/* Observed memory (schema 2): the program's GPU memory per rank as CUDA
+ * saw it, beside what rankmem served; why it was not observed. */
+static int cmp_obs_idx(const void *x, const void *y);
+static const rr_rank_t *obs_ranks;
+static int cmp_obs_idx(const void *x, const void *y)
+{
+    const rr_rank_t *a = &obs_ranks[*(const size_t *)x], *b = &obs_ranks[*(const size_t *)y];
+    if (a->obs.gpu.peak != b->obs.gpu.peak)
+        return a->obs.gpu.peak < b->obs.gpu.peak ? 1 : -1;
+    return (a->rank > b->rank) - (a->rank < b->rank);
+}
+
+static int has_observed(const rr_report_t *rep)
+{
+    for (size_t i = 0; i < rep->n; i++)
+        if (rep->ranks[i].version >= 2)
+            return 1;
+    return rep->schema >= 2;
+}
+
+static void print_observed(FILE *o, const rr_analysis_t *a, const opts_t *op)
+{
+    const rr_report_t *rep = a->rep;
+    char b1[32], b2[32], b3[32], b4[32], b5[32], s1[200];
+    if (!has_observed(rep))
+        return;
+    fprintf(o, "\nobserved device memory (the program's, as CUDA saw it; served: by rankmem)\n");
+    /* one line per distinct reason, with how many ranks */
+    enum { NWHY = 8 };
+    const char *why[NWHY];
+    size_t nwhy = 0, cnt[NWHY], other = 0;
+    for (size_t i = 0; i < rep->n; i++) {
+        const rr_rank_t *r = &rep->ranks[i];
+        if (r->version == 0 || r->obs.state == RM_OBS_ON)
+            continue;
+        const char *w = r->obs.why[0] ? r->obs.why : rm_state_name(r->obs.state);
+        size_t k = 0;
+        while (k < nwhy && strcmp(why[k], w) != 0)
+            k++;
+        if (k < nwhy)
+            cnt[k]++;
+        else if (nwhy < NWHY) {
+            why[nwhy] = w;
+            cnt[nwhy++] = 1;
+        } else
+            other++;
+    }
+    for (size_t k = 0; k < nwhy; k++)
+        fprintf(o, "  device allocations not observed: %s (%zu of %zu ranks)\n",
+                safe(why[k], s1, sizeof s1), cnt[k], rep->n);
+    if (other)
+        fprintf(o, "  device allocations not observed on %zu more ranks, for other reasons\n",
+                other);
+    size_t *idx = malloc((rep->n ? rep->n : 1) * sizeof *idx);
+    if (!idx)
+        return;
+    for (size_t i = 0; i < rep->n; i++)
+        idx[i] = i;
+    obs_ranks = rep->ranks;
+    qsort(idx, rep->n, sizeof *idx, cmp_obs_idx);
+    size_t limit = op->all ? rep->n : op->top < rep->n ? op->top : rep->n;
+    fprintf(o, "  %6s %12s %12s %12s %12s %12s %10s\n", "rank", "observed", "peak", "served",
+            "served peak", "rankmem's", "live");
+    for (size_t k = 0; k < limit; k++) {
+        const rr_rank_t *r = &rep->ranks[idx[k]];
+        fprintf(o, "  %6d %12s %12s %12s %12s %12s %10llu%s\n", r->rank,
+                rr_fmt_bytes(b1, sizeof b1, (double)r->obs.gpu.current),
+                rr_fmt_bytes(b2, sizeof b2, (double)r->obs.gpu.peak),
+                rr_fmt_bytes(b3, sizeof b3, (double)r->obs.served.current),
+                rr_fmt_bytes(b4, sizeof b4, (double)r->obs.served.peak),
+                rr_fmt_bytes(b5, sizeof b5, (double)r->obs.rankmem_peak),
+                (unsigned long long)r->obs.gpu.live,
+                r->obs.state == RM_OBS_ON ? "" : " (not observed)");
+    }
+    if (limit < rep->n)
+        fprintf(o, "  ... %zu more (largest observed peaks first; --top N, --all)\n",
+                rep->n - limit);
+    free(idx);
+}
+
+static void print_leak_sites(FILE *o, const rr_analysis_t *a)
+{
+    const rr_report_t *rep = a->rep;
+    char b1[32], s1[300];
+    if (!rep->has_leaks)
+        return;
+    fprintf(o, "\nleaks by call site (%zu)\n", rep->nleaks);
+    if (!rep->nleaks)
+        fprintf(o, "  none observed\n");
+    for (size_t i = 0; i < rep->nleaks; i++) {
+        const rr_leak_t *l = &rep->leaks[i];
+        fprintf(o, "  %s: %d of %zu ranks, %s in %llu block%s (first rank %d)\n",
+                safe(l->site, s1, sizeof s1), l->ranks, rep->n,
+                rr_fmt_bytes(b1, sizeof b1, (double)l->bytes), (unsigned long long)l->count,
+                l->count == 1 ? "" : "s", l->first_rank);
+    }
+}
+
+static void print_phases(FILE *o, const rr_analysis_t *a)
+{
+    const rr_report_t *rep = a->rep;
+    char b1[32], b2[32], b3[32], s1[80];
+    if (!rep->nphases)
+        return;
+    fprintf(o, "\nphases (observed GPU peak per phase over ranks)\n");
+    fprintf(o, "  %-24s %10s %10s %12s %12s %6s %12s\n", "phase", "start", "end", "min", "max",
+            "rank", "mean");
+    for (size_t i = 0; i < rep->nphases; i++) {
+        const rr_phase_t *p = &rep->phases[i];
+        fprintf(o, "  %-24s %9.3fs %9.3fs %12s %12s %6d %12s\n", safe(p->name, s1, sizeof s1),
+                p->t_start_s, p->t_end_s, rr_fmt_bytes(b1, sizeof b1, (double)p->peak_min),
+                rr_fmt_bytes(b2, sizeof b2, (double)p->peak_max), p->peak_max_rank,
+                rr_fmt_bytes(b3, sizeof b3, p->peak_mean));
+    }
+}
+
 static void print_report(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
     print_job(o, a);
@@ -408,6 +524,9 @@ static void print_report(FILE *o, const rr_analysis_t *a, const opts_t *op)
     print_leaked(o, a, op);
     print_top(o, a, op);
     print_histogram(o, a, op);
+    print_observed(o, a, op);
+    print_leak_sites(o, a);
+    print_phases(o, a);
 }
 
 /* ------------------------------------------------------------------------
@@ -463,7 +582,8 @@ static void print_moved(FILE *o, const rr_report_t *old, const rr_report_t *now,
 {
     char b1[32], b2[32], b3[32], b4[32], s1[80];
     for (size_t i = 0; i < nm; i++)
-        m[i].d = (double)now->ranks[m[i].ni].v[field] - (double)old->ranks[m[i].oi].v[field];
+        m[i].d = (double)rm_value(&now->ranks[m[i].ni], field) -
+                 (double)rm_value(&old->ranks[m[i].oi], field);
     qsort(m, nm, sizeof *m, cmp_moved);
     size_t changed = 0;
     for (size_t i = 0; i < nm; i++)
@@ -478,10 +598,10 @@ static void print_moved(FILE *o, const rr_report_t *old, const rr_report_t *now,
     for (size_t i = 0; i < nm && i < limit && m[i].d != 0; i++) {
         const rr_rank_t *a = &old->ranks[m[i].oi], *b = &now->ranks[m[i].ni];
         fprintf(o, "  %6d  %-20s %12s %12s %13s %9s\n", b->rank, safe(b->host, s1, sizeof s1),
-                rr_fmt_bytes(b1, sizeof b1, (double)a->v[field]),
-                rr_fmt_bytes(b2, sizeof b2, (double)b->v[field]),
+                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(a, field)),
+                rr_fmt_bytes(b2, sizeof b2, (double)rm_value(b, field)),
                 delta(b3, sizeof b3, field, m[i].d),
-                pct(b4, sizeof b4, (double)a->v[field], (double)b->v[field]));
+                pct(b4, sizeof b4, (double)rm_value(a, field), (double)rm_value(b, field)));
     }
     if (changed > limit)
         fprintf(o, "  ... %zu more changed (--top N)\n", changed - limit);
@@ -500,6 +620,47 @@ static void describe_run(FILE *o, const char *which, const rr_analysis_t *a)
     if (r->time)
         fprintf(o, ", %s", safe(r->time, s1, sizeof s1));
     fprintf(o, "\n");
+}
+
+/* Peaks per phase, matched by name (the n-th phase of a name with the
+ * n-th of the same name in the other run). */
+static void compare_phases(FILE *o, const rr_report_t *old, const rr_report_t *now)
+{
+    char b1[32], b2[32], b3[32], b4[32], b5[32], b6[32], s1[80];
+    if (!old->nphases && !now->nphases)
+        return;
+    fprintf(o, "\n%-26s %12s %12s %8s %12s %12s %8s\n", "peaks per phase", "old max", "new max",
+            "change", "old mean", "new mean", "change");
+    char *used = calloc(old->nphases ? old->nphases : 1, 1);
+    if (!used)
+        return;
+    for (size_t i = 0; i < now->nphases; i++) {
+        const rr_phase_t *y = &now->phases[i], *x = NULL;
+        for (size_t j = 0; j < old->nphases && !x; j++)
+            if (!used[j] && strcmp(old->phases[j].name, y->name) == 0) {
+                used[j] = 1;
+                x = &old->phases[j];
+            }
+        if (x)
+            fprintf(o, "  %-24s %12s %12s %8s %12s %12s %8s\n", safe(y->name, s1, sizeof s1),
+                    rr_fmt_bytes(b1, sizeof b1, (double)x->peak_max),
+                    rr_fmt_bytes(b2, sizeof b2, (double)y->peak_max),
+                    pct(b3, sizeof b3, (double)x->peak_max, (double)y->peak_max),
+                    rr_fmt_bytes(b4, sizeof b4, x->peak_mean),
+                    rr_fmt_bytes(b5, sizeof b5, y->peak_mean),
+                    pct(b6, sizeof b6, x->peak_mean, y->peak_mean));
+        else
+            fprintf(o, "  %-24s %12s %12s %8s %12s %12s %8s\n", safe(y->name, s1, sizeof s1),
+                    "-", rr_fmt_bytes(b2, sizeof b2, (double)y->peak_max), "new", "-",
+                    rr_fmt_bytes(b5, sizeof b5, y->peak_mean), "new");
+    }
+    for (size_t j = 0; j < old->nphases; j++)
+        if (!used[j])
+            fprintf(o, "  %-24s %12s %12s %8s %12s %12s %8s\n",
+                    safe(old->phases[j].name, s1, sizeof s1),
+                    rr_fmt_bytes(b1, sizeof b1, (double)old->phases[j].peak_max), "-", "gone",
+                    rr_fmt_bytes(b4, sizeof b4, old->phases[j].peak_mean), "-", "gone");
+    free(used);
 }
 
 static int compare(FILE *o, const rr_analysis_t *ao, const rr_analysis_t *an, const opts_t *op)
@@ -584,6 +745,10 @@ static int compare(FILE *o, const rr_analysis_t *ao, const rr_analysis_t *an, co
     print_moved(o, old, now, m, nm, RR_BYTES_CURRENT, limit,
                 an->final ? "ranks whose leaked bytes moved most"
                           : "ranks whose live bytes moved most");
+    if (has_observed(old) || has_observed(now))
+        print_moved(o, old, now, m, nm, RR_OBS_GPU_PEAK, limit,
+                    "ranks whose observed GPU peak moved most");
+    compare_phases(o, old, now);
     free(idx);
     free(m);
     return 0;

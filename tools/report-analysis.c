@@ -1,60 +1,19 @@
-/* rankmem-report: what is computed over the ranks of a report. The same
- * definitions as the plugin's own analysis (docs/report.md, "The
- * analysis"), computed again here so that a CSV, which has only the
- * records, gets them too. */
+/* rankmem-report: what is computed over the ranks of a report: the report
+ * model's aggregation (common/report_model.c), the plugin's own, run
+ * again here so that a CSV, which has only the records, gets it too. */
 #include "report.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-static void aggregate(const rr_report_t *rep, int f, rr_agg_t *g)
-{
-    g->min = UINT64_MAX;
-    g->max = 0;
-    g->min_rank = g->max_rank = -1;
-    g->sum = 0;
-    for (size_t i = 0; i < rep->n; i++) {
-        const rr_rank_t *r = &rep->ranks[i];
-        uint64_t v = r->v[f];
-        /* Ties go to the lowest rank: the answer does not depend on order. */
-        if (g->min_rank < 0 || v < g->min || (v == g->min && r->rank < g->min_rank)) {
-            g->min = v;
-            g->min_rank = r->rank;
-        }
-        if (g->max_rank < 0 || v > g->max || (v == g->max && r->rank < g->max_rank)) {
-            g->max = v;
-            g->max_rank = r->rank;
-        }
-        g->sum += (long double)v;
-    }
-    if (rep->n == 0)
-        g->min = 0;
-    g->mean = rep->n ? (double)(g->sum / (long double)rep->n) : 0.0;
-    /* Two passes: sum of squares minus square of sums cancels at these sizes. */
-    long double ss = 0;
-    for (size_t i = 0; i < rep->n; i++) {
-        long double d = (long double)rep->ranks[i].v[f] - (long double)g->mean;
-        ss += d * d;
-    }
-    g->std = rep->n ? (double)sqrtl(ss / (long double)rep->n) : 0.0;
-    g->imbalance = g->mean > 0.0 ? (double)g->max / g->mean : NAN;
-}
-
 /* qsort has no context argument in C11; the analysis runs once, in one thread. */
 static const rr_rank_t *sort_ranks;
-
-static int cmp_host(const void *a, const void *b)
-{
-    const rr_rank_t *x = &sort_ranks[*(const size_t *)a], *y = &sort_ranks[*(const size_t *)b];
-    int c = strcmp(x->host, y->host);
-    return c ? c : (x->rank > y->rank) - (x->rank < y->rank);
-}
 
 static int cmp_peak(const void *a, const void *b)
 {
     const rr_rank_t *x = &sort_ranks[*(const size_t *)a], *y = &sort_ranks[*(const size_t *)b];
-    uint64_t p = x->v[RR_BYTES_PEAK], q = y->v[RR_BYTES_PEAK];
+    uint64_t p = rm_value(x, RR_BYTES_PEAK), q = rm_value(y, RR_BYTES_PEAK);
     if (p != q)
         return p < q ? 1 : -1;
     return (x->rank > y->rank) - (x->rank < y->rank);
@@ -63,16 +22,10 @@ static int cmp_peak(const void *a, const void *b)
 static int cmp_leak(const void *a, const void *b)
 {
     const rr_rank_t *x = &sort_ranks[*(const size_t *)a], *y = &sort_ranks[*(const size_t *)b];
-    uint64_t p = x->v[RR_BYTES_CURRENT], q = y->v[RR_BYTES_CURRENT];
+    uint64_t p = rm_value(x, RR_BYTES_CURRENT), q = rm_value(y, RR_BYTES_CURRENT);
     if (p != q)
         return p < q ? 1 : -1;
     return (x->rank > y->rank) - (x->rank < y->rank);
-}
-
-static int cmp_int(const void *a, const void *b)
-{
-    int x = *(const int *)a, y = *(const int *)b;
-    return (x > y) - (x < y);
 }
 
 void rr_analysis_free(rr_analysis_t *a)
@@ -90,7 +43,7 @@ int rr_analyse(const rr_report_t *rep, rr_analysis_t *a)
     a->rep = rep;
     size_t n = rep->n, m = n ? n : 1;
     for (int f = 0; f < RR_NAGG; f++)
-        aggregate(rep, f, &a->agg[f]);
+        rm_aggregate(rep->ranks, n, f, &a->agg[f]);
     a->final = !rep->phase || strcmp(rep->phase, "finalize") == 0;
 
     a->by_host = malloc(m * sizeof *a->by_host);
@@ -103,59 +56,18 @@ int rr_analyse(const rr_report_t *rep, rr_analysis_t *a)
     }
     sort_ranks = rep->ranks;
     for (size_t i = 0; i < n; i++)
-        a->by_host[i] = a->by_peak[i] = i;
-    qsort(a->by_host, n, sizeof(size_t), cmp_host);
+        a->by_peak[i] = i;
     qsort(a->by_peak, n, sizeof(size_t), cmp_peak);
     a->nleaked = 0;
     for (size_t i = 0; i < n; i++)
-        if (rep->ranks[i].v[RR_BYTES_CURRENT] > 0)
+        if (rm_value(&rep->ranks[i], RR_BYTES_CURRENT) > 0)
             a->leaked[a->nleaked++] = i;
     qsort(a->leaked, a->nleaked, sizeof(size_t), cmp_leak);
 
-    for (size_t k = 0; k < n; k++) {
-        const rr_rank_t *r = &rep->ranks[a->by_host[k]];
-        rr_node_t *nd = a->nnodes ? &a->nodes[a->nnodes - 1] : NULL;
-        if (!nd || strcmp(nd->host, r->host) != 0) {
-            nd = &a->nodes[a->nnodes++];
-            memset(nd, 0, sizeof *nd);
-            nd->host = r->host;
-            nd->first = k;
-            nd->peak_max_rank = -1;
-            nd->dev_free_init_min = nd->dev_free_final_min = UINT64_MAX;
-        }
-        nd->count++;
-        nd->host_fallback += (r->flags & RR_HOST_FALLBACK) != 0;
-        nd->shared += (r->flags & RR_SHARED_GPU) != 0;
-        nd->peak_sum += r->v[RR_BYTES_PEAK];
-        nd->leaked_sum += r->v[RR_BYTES_CURRENT];
-        nd->reserved_sum += r->v[RR_RESERVED_PEAK];
-        /* by_host is in rank order within a host: the first max is the lowest rank */
-        if (nd->peak_max_rank < 0 || r->v[RR_BYTES_PEAK] > nd->peak_max) {
-            nd->peak_max = r->v[RR_BYTES_PEAK];
-            nd->peak_max_rank = r->rank;
-        }
-        if (r->device >= 0) {
-            int seen = 0;
-            for (int d = 0; d < nd->ndevices; d++)
-                seen |= nd->devices[d] == r->device;
-            if (!seen && nd->ndevices < RR_NODE_DEVICES)
-                nd->devices[nd->ndevices++] = r->device;
-            else if (!seen)
-                nd->more_devices = 1;
-            if (r->dev_total_init > nd->dev_total)
-                nd->dev_total = r->dev_total_init;
-            if (r->dev_free_init < nd->dev_free_init_min)
-                nd->dev_free_init_min = r->dev_free_init;
-            if (r->dev_free_final < nd->dev_free_final_min)
-                nd->dev_free_final_min = r->dev_free_final;
-        }
-    }
-    for (size_t k = 0; k < a->nnodes; k++) {
-        rr_node_t *nd = &a->nodes[k];
-        qsort(nd->devices, (size_t)nd->ndevices, sizeof(int), cmp_int);
-        if (nd->count > a->per_node_max)
-            a->per_node_max = nd->count;
-    }
+    a->nnodes = rm_nodes(rep->ranks, n, a->by_host, a->nodes);
+    for (size_t k = 0; k < a->nnodes; k++)
+        if (a->nodes[k].count > a->per_node_max)
+            a->per_node_max = a->nodes[k].count;
 
     a->cap_min = 0;
     a->cap_max = 0;

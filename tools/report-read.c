@@ -16,18 +16,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-const rr_field_t rr_fields[RR_NAGG] = {
-    {"bytes_peak", "peak bytes", RR_UNIT_BYTES},
-    {"bytes_current", "leaked bytes", RR_UNIT_BYTES},
-    {"bytes_total", "total bytes", RR_UNIT_BYTES},
-    {"count_total", "allocations", RR_UNIT_COUNT},
-    {"count_peak", "peak allocations", RR_UNIT_COUNT},
-    {"count_current", "live allocations", RR_UNIT_COUNT},
-    {"reserved_peak", "reserved peak", RR_UNIT_BYTES},
-    {"alloc_ns", "alloc time", RR_UNIT_NS},
-    {"staged_bytes", "staged bytes", RR_UNIT_BYTES},
-    {"staged_messages", "staged messages", RR_UNIT_COUNT},
-};
 
 /* A reading in progress: where messages go. */
 typedef struct {
@@ -72,14 +60,15 @@ void rr_report_free(rr_report_t *rep)
 {
     if (!rep)
         return;
-    for (size_t i = 0; i < rep->n; i++) {
-        rr_rank_t *r = &rep->ranks[i];
-        free(r->host);
-        free(r->device_name);
-        free(r->pci_bus_id);
-        free(r->bind_mode);
-        free(r->spec);
+    for (size_t i = 0; i < rep->nleaks; i++) {
+        free(rep->leaks[i].site);
+        free(rep->leaks[i].api);
+        free(rep->leaks[i].kind);
     }
+    free(rep->leaks);
+    for (size_t i = 0; i < rep->nphases; i++)
+        free(rep->phases[i].name);
+    free(rep->phases);
     free(rep->ranks);
     free(rep->path);
     free(rep->generator);
@@ -93,66 +82,45 @@ void rr_report_free(rr_report_t *rep)
 }
 
 /* ------------------------------------------------------------------------
- * The record's fields, shared by the JSON and CSV readers: what each is and
- * where it goes. Both formats carry the same names (docs/report.md). */
+ * The record's fields: the report model's table (common/report_model.c),
+ * the one the plugin writes with, for JSON (dotted keys are nested
+ * objects) and CSV (dotted keys are column names) alike. */
 
 typedef enum { K_INT, K_UINT32, K_U64, K_STR, K_DOUBLE } kind_t;
 
-typedef struct {
-    const char *key;
-    kind_t kind;
-    size_t off; /* into rr_rank_t */
-} rec_field_t;
+/* How a model field is read: its value kind here. */
+static kind_t read_kind(const rm_field_t *f)
+{
+    switch (f->kind) {
+    case RM_K_INT:
+        return K_INT;
+    case RM_K_U32:
+        return K_UINT32;
+    case RM_K_U64:
+        return K_U64;
+    case RM_K_DOUBLE:
+    case RM_K_NS_AS_S:
+        return K_DOUBLE;
+    case RM_K_STR:
+    case RM_K_STATE:
+    case RM_K_FLAG:
+        break;
+    }
+    return K_STR;
+}
 
-#define RF(name, kind) {#name, kind, offsetof(rr_rank_t, name)}
-#define RV(name, idx) {#name, K_U64, offsetof(rr_rank_t, v) + (idx) * sizeof(uint64_t)}
-static const rec_field_t rec_fields[] = {
-    RF(rank, K_INT),
-    RF(size, K_INT),
-    RF(host, K_STR),
-    RF(local_rank, K_INT),
-    RF(local_size, K_INT),
-    RF(env_local_rank, K_INT),
-    RF(device, K_INT),
-    RF(node_devices, K_INT),
-    RF(device_name, K_STR),
-    RF(pci_bus_id, K_STR),
-    RF(bind_mode, K_STR),
-    RF(spec, K_STR),
-    RF(flags, K_UINT32),
-    RV(bytes_peak, RR_BYTES_PEAK),
-    RV(bytes_current, RR_BYTES_CURRENT),
-    RV(bytes_total, RR_BYTES_TOTAL),
-    RV(count_total, RR_COUNT_TOTAL),
-    RV(count_peak, RR_COUNT_PEAK),
-    RV(count_current, RR_COUNT_CURRENT),
-    RV(reserved_peak, RR_RESERVED_PEAK),
-    RV(alloc_ns, RR_ALLOC_NS),
-    RV(staged_bytes, RR_STAGED_BYTES),
-    RV(staged_messages, RR_STAGED_MESSAGES),
-    RF(dev_total_init, K_U64),
-    RF(dev_free_init, K_U64),
-    RF(dev_total_final, K_U64),
-    RF(dev_free_final, K_U64),
-    RF(staged_ns, K_U64),
-    RF(wall_s, K_DOUBLE),
-    RF(version, K_UINT32),
-};
-#define NREC (sizeof rec_fields / sizeof rec_fields[0])
+/* Fields every report has had (record_version 1): a report without one is
+ * refused. Later fields may be absent (an older report): they stay 0.
+ * Booleans are read from "flags", which carries them all. */
+static int required(const rm_field_t *f)
+{
+    return f->since <= 1;
+}
 
-/* Every string of a record starts as "" so that nothing is NULL, even in a
- * record left half-read by an error. Returns -1 out of memory. */
 static int rank_init(rr_rank_t *r)
 {
     memset(r, 0, sizeof *r);
     r->wall_s = NAN;
-    for (size_t k = 0; k < NREC; k++)
-        if (rec_fields[k].kind == K_STR) {
-            char *s = dup_str("");
-            if (!s)
-                return -1;
-            *(char **)((char *)r + rec_fields[k].off) = s;
-        }
     return 0;
 }
 
@@ -304,6 +272,110 @@ static int json_str_or_null(rctx_t *c, const json_value_t *obj, const char *key,
     return json_opt(c, obj, key, K_STR, slot, where_prefix);
 }
 
+/* A value read as kind read_kind(f) (in *val) put into the record. */
+static int put_field(rctx_t *c, const rm_field_t *f, rr_rank_t *r, void *val, int line, int col,
+                     const char *where)
+{
+    char *slot = (char *)r + f->off;
+    switch (f->kind) {
+    case RM_K_INT: {
+        int32_t v = (int32_t) * (int *)val;
+        memcpy(slot, &v, sizeof v);
+        return 0;
+    }
+    case RM_K_U32: {
+        uint32_t v = (uint32_t) * (unsigned *)val;
+        memcpy(slot, &v, sizeof v);
+        return 0;
+    }
+    case RM_K_U64:
+        memcpy(slot, val, sizeof(uint64_t));
+        return 0;
+    case RM_K_DOUBLE:
+        memcpy(slot, val, sizeof(double));
+        return 0;
+    case RM_K_NS_AS_S: {
+        double d = *(double *)val;
+        uint64_t ns = isfinite(d) && d > 0 ? (uint64_t)llround(d * 1e9) : 0;
+        memcpy(slot, &ns, sizeof ns);
+        return 0;
+    }
+    case RM_K_STR:
+        /* The record's own size: a longer string (a hand-edited file) is cut. */
+        snprintf(slot, f->cap, "%s", *(char **)val);
+        return 0;
+    case RM_K_STATE: {
+        int st = rm_state_parse(*(char **)val);
+        if (st < 0) {
+            fail(c, line, col, "%s: expected \"on\", \"off\" or \"unavailable\", found '%.40s'",
+                 where, *(char **)val);
+            return -1;
+        }
+        int32_t v = st;
+        memcpy(slot, &v, sizeof v);
+        return 0;
+    }
+    case RM_K_FLAG:
+        break;
+    }
+    return 0;
+}
+
+/* A dotted key in nested objects: "observed.device.peak". */
+static const json_value_t *json_path(const json_value_t *o, const char *key)
+{
+    char part[64];
+    const char *p = key;
+    while (o && o->type == JSON_OBJECT) {
+        const char *d = strchr(p, '.');
+        if (!d)
+            return json_get(o, p);
+        snprintf(part, sizeof part, "%.*s", (int)(d - p), p);
+        o = json_get(o, part);
+        p = d + 1;
+    }
+    return NULL;
+}
+
+/* Every field of the table from a rank's JSON object. */
+static int json_record(rctx_t *c, const json_value_t *o, rr_rank_t *r, const char *prefix)
+{
+    for (size_t k = 0; k < rm_nfields; k++) {
+        const rm_field_t *f = &rm_fields[k];
+        if (f->kind == RM_K_FLAG)
+            continue;
+        const json_value_t *v = json_path(o, f->key);
+        if (!v) {
+            if (!required(f))
+                continue;
+            fail(c, o->line, o->column, "%s: the object has no \"%s\"", prefix, f->key);
+            return -1;
+        }
+        char where[128];
+        snprintf(where, sizeof where, "%s%s", prefix, f->key);
+        union {
+            int i;
+            unsigned u;
+            uint64_t u64;
+            double d;
+            char *s;
+        } val;
+        memset(&val, 0, sizeof val);
+        kind_t kd = read_kind(f);
+        if (json_store(c, v, kd, &val, where) != 0) {
+            if (kd == K_STR)
+                free(val.s);
+            return -1;
+        }
+        int rc = put_field(c, f, r, &val, v->line, v->column, where);
+        if (kd == K_STR)
+            free(val.s);
+        if (rc)
+            return -1;
+    }
+    return 0;
+}
+
 /* Schema 1 (the plugin's first layout, docs/report.md). The analysis
  * sections (nodes, aggregates, leaked_ranks, top_by_peak) are not read:
  * the tool computes them again from ranks[], the same way for the CSV. */
@@ -380,10 +452,8 @@ static int read_schema1(rctx_t *c, const json_value_t *root, rr_report_t *rep)
                  json_type_name(o->type));
             return -1;
         }
-        for (size_t k = 0; k < NREC; k++)
-            if (json_req(c, o, rec_fields[k].key, rec_fields[k].kind,
-                         (char *)r + rec_fields[k].off, prefix))
-                return -1;
+        if (json_record(c, o, r, prefix))
+            return -1;
         if (r->rank < 0) {
             const json_value_t *v = json_get(o, "rank");
             fail(c, v->line, v->column, "ranks[%zu].rank: %d is not a rank", i, r->rank);
@@ -393,6 +463,127 @@ static int read_schema1(rctx_t *c, const json_value_t *root, rr_report_t *rep)
     return 0;
 }
 
+/* Schema 2's job-level sections (issue 19): all optional. */
+static const json_value_t *json_array_of(rctx_t *c, const json_value_t *obj, const char *key,
+                                         const char *where, int *err)
+{
+    const json_value_t *v = json_get(obj, key);
+    *err = 0;
+    if (!v)
+        return NULL;
+    if (v->type != JSON_ARRAY) {
+        fail(c, v->line, v->column, "%s: expected an array, found %s", where,
+             json_type_name(v->type));
+        *err = 1;
+        return NULL;
+    }
+    return v;
+}
+
+static int read_extras(rctx_t *c, const json_value_t *root, rr_report_t *rep)
+{
+    int err;
+    const json_value_t *tl = json_get(root, "timeline");
+    if (tl) {
+        if (tl->type != JSON_OBJECT) {
+            fail(c, tl->line, tl->column, "timeline: expected an object, found %s",
+                 json_type_name(tl->type));
+            return -1;
+        }
+        int buckets = 0;
+        if (json_req(c, tl, "t_end_s", K_DOUBLE, &rep->t_end_s, "timeline.") ||
+            json_req(c, tl, "buckets", K_INT, &buckets, "timeline."))
+            return -1;
+        const json_value_t *rows = json_array_of(c, tl, "bytes", "timeline.bytes", &err);
+        if (err)
+            return -1;
+        if (!rows || buckets != RM_TIMELINE_BUCKETS || rows->count != rep->n) {
+            const json_value_t *at = rows ? rows : tl;
+            fail(c, at->line, at->column, "timeline: %d buckets for %zu ranks, expected %d for "
+                 "%zu", buckets, rows ? rows->count : 0, RM_TIMELINE_BUCKETS, rep->n);
+            return -1;
+        }
+        for (size_t i = 0; i < rows->count; i++) {
+            const json_value_t *row = rows->items[i];
+            if (row->type != JSON_ARRAY || row->count != RM_TIMELINE_BUCKETS) {
+                fail(c, row->line, row->column, "timeline.bytes[%zu]: expected %d numbers", i,
+                     RM_TIMELINE_BUCKETS);
+                return -1;
+            }
+            for (size_t k = 0; k < RM_TIMELINE_BUCKETS; k++)
+                if (json_store(c, row->items[k], K_U64, &rep->ranks[i].timeline[k],
+                               "timeline.bytes[]"))
+                    return -1;
+        }
+        rep->has_timeline = 1;
+    }
+    const json_value_t *lk = json_array_of(c, root, "leaks", "leaks", &err);
+    if (err)
+        return -1;
+    if (lk) {
+        rep->has_leaks = 1;
+        rep->leaks = calloc(lk->count ? lk->count : 1, sizeof *rep->leaks);
+        if (!rep->leaks) {
+            fail(c, 0, 0, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < lk->count; i++) {
+            const json_value_t *o = lk->items[i];
+            rr_leak_t *l = &rep->leaks[i];
+            rep->nleaks = i + 1;
+            if (o->type != JSON_OBJECT) {
+                fail(c, o->line, o->column, "leaks[%zu]: expected an object", i);
+                return -1;
+            }
+            if (json_req(c, o, "site", K_STR, &l->site, "leaks[].") ||
+                json_opt(c, o, "api", K_STR, &l->api, "leaks[].") ||
+                json_opt(c, o, "kind", K_STR, &l->kind, "leaks[].") ||
+                json_req(c, o, "ranks", K_INT, &l->ranks, "leaks[].") ||
+                json_req(c, o, "bytes", K_U64, &l->bytes, "leaks[].") ||
+                json_opt(c, o, "count", K_U64, &l->count, "leaks[].") ||
+                json_opt(c, o, "first_rank", K_INT, &l->first_rank, "leaks[]."))
+                return -1;
+        }
+    }
+    const json_value_t *ph = json_array_of(c, root, "phases", "phases", &err);
+    if (err)
+        return -1;
+    if (ph && ph->count) {
+        rep->phases = calloc(ph->count, sizeof *rep->phases);
+        if (!rep->phases) {
+            fail(c, 0, 0, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < ph->count; i++) {
+            const json_value_t *o = ph->items[i];
+            rr_phase_t *p = &rep->phases[i];
+            rep->nphases = i + 1;
+            if (o->type != JSON_OBJECT) {
+                fail(c, o->line, o->column, "phases[%zu]: expected an object", i);
+                return -1;
+            }
+            if (json_req(c, o, "name", K_STR, &p->name, "phases[].") ||
+                json_opt(c, o, "t_start_s", K_DOUBLE, &p->t_start_s, "phases[].") ||
+                json_opt(c, o, "t_end_s", K_DOUBLE, &p->t_end_s, "phases[].") ||
+                json_req(c, o, "peak_min", K_U64, &p->peak_min, "phases[].") ||
+                json_req(c, o, "peak_max", K_U64, &p->peak_max, "phases[].") ||
+                json_opt(c, o, "peak_max_rank", K_INT, &p->peak_max_rank, "phases[].") ||
+                json_opt(c, o, "peak_mean", K_DOUBLE, &p->peak_mean, "phases[]."))
+                return -1;
+        }
+    }
+    return 0;
+}
+
+/* Schema 2 (issue 19): schema 1's layout, records with "observed", and
+ * the job's "leaks", "timeline" and "phases". */
+static int read_schema2(rctx_t *c, const json_value_t *root, rr_report_t *rep)
+{
+    if (read_schema1(c, root, rep))
+        return -1;
+    return read_extras(c, root, rep);
+}
+
 /* One reader per schema we ever wrote; a new layout adds a line here (and
  * keeps the old readers: old reports stay readable). */
 static const struct {
@@ -400,6 +591,7 @@ static const struct {
     int (*read)(rctx_t *, const json_value_t *, rr_report_t *);
 } json_readers[] = {
     {1, read_schema1},
+    {2, read_schema2},
 };
 #define NREADERS (sizeof json_readers / sizeof json_readers[0])
 
@@ -671,22 +863,28 @@ static int load_csv(rctx_t *c, const char *text, size_t len, rr_report_t *rep)
 {
     csv_t s = {text, text + len, text, 1, NULL, 0};
     row_t hdr = {0}, row = {0};
-    int where[NREC]; /* column index of each record field */
+    int *where = calloc(rm_nfields, sizeof *where); /* column index of each record field */
     int rc = -1;
     size_t cap = 0;
 
+    if (!where) {
+        fail(c, 0, 0, "out of memory");
+        goto out;
+    }
     if (csv_row(c, &s, &hdr) != 1)
         goto out;
-    for (size_t k = 0; k < NREC; k++) {
+    for (size_t k = 0; k < rm_nfields; k++) {
         where[k] = -1;
+        if (rm_fields[k].kind == RM_K_FLAG)
+            continue;
         for (size_t i = 0; i < hdr.n; i++)
-            if (strcmp(hdr.f[i], rec_fields[k].key) == 0) {
+            if (strcmp(hdr.f[i], rm_fields[k].key) == 0) {
                 where[k] = (int)i;
                 break;
             }
-        if (where[k] < 0) {
+        if (where[k] < 0 && required(&rm_fields[k])) {
             fail(c, 1, 0, "the CSV header has no column '%s' (not a rankmem report, or a "
-                          "newer layout)", rec_fields[k].key);
+                          "newer layout)", rm_fields[k].key);
             goto out;
         }
     }
@@ -721,10 +919,29 @@ static int load_csv(rctx_t *c, const char *text, size_t len, rr_report_t *rep)
             goto out;
         }
         rep->n++;
-        for (size_t k = 0; k < NREC; k++) {
+        for (size_t k = 0; k < rm_nfields; k++) {
             int i = where[k];
-            if (csv_store(c, row.f[i], rec_fields[k].kind, (char *)r + rec_fields[k].off, row.line,
-                          row.col[i], rec_fields[k].key) != 0)
+            if (i < 0)
+                continue;
+            const rm_field_t *f = &rm_fields[k];
+            union {
+                int i;
+                unsigned u;
+                uint64_t u64;
+                double d;
+                char *s;
+            } val;
+            memset(&val, 0, sizeof val);
+            kind_t kd = read_kind(f);
+            if (f->kind == RM_K_DOUBLE && !row.f[i][0]) {
+                r->wall_s = NAN; /* the writer leaves an unknown time empty */
+                continue;
+            }
+            int bad = csv_store(c, row.f[i], kd, &val, row.line, row.col[i], f->key) != 0 ||
+                      put_field(c, f, r, &val, row.line, row.col[i], f->key) != 0;
+            if (kd == K_STR)
+                free(val.s);
+            if (bad)
                 goto out;
         }
         if (r->rank < 0) {
@@ -741,6 +958,7 @@ out:
     row_free(&hdr);
     row_free(&row);
     free(s.buf);
+    free(where);
     return rc;
 }
 

@@ -133,7 +133,7 @@ static void make_bins(const rr_report_t *rep, const size_t *order, size_t nbars,
         long double sum = 0;
         for (size_t p = x->first; p < end; p++) {
             const rr_rank_t *r = &rep->ranks[order[p]];
-            uint64_t v = r->v[field];
+            uint64_t v = rm_value(r, field);
             if (x->rmin < 0 || v < x->min || (v == x->min && r->rank < x->rmin)) {
                 x->min = v;
                 x->rmin = r->rank;
@@ -222,11 +222,11 @@ static void panel(FILE *f, const rr_analysis_t *a, const size_t *order, const bi
         double x = ML + (double)b * slot + (slot - bw) / 2;
         if (!binned) {
             const rr_rank_t *r = &rep->ranks[order[b]];
-            double v = (double)r->v[field];
+            double v = (double)rm_value(r, field);
             double y = y_of(v, top, h, s->max);
             fprintf(f, "<rect class=\"%s\" data-rank=\"%d\" data-bytes=\"%llu\" x=\"%.2f\" "
                        "y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"><title>rank %d on ",
-                    cls, r->rank, (unsigned long long)r->v[field], x, y, bw, top + h - y,
+                    cls, r->rank, (unsigned long long)rm_value(r, field), x, y, bw, top + h - y,
                     r->rank);
             xml_text(f, r->host);
             fprintf(f, ": %s %s</title></rect>\n", rr_field_label(a, field),
@@ -292,6 +292,182 @@ static const size_t *rank_order(const rr_report_t *rep)
     return o;
 }
 
+/* ------------------------------------------------------------------------
+ * The timeline (schema 2): a rank x time heat map of the program's GPU
+ * bytes, and curves per rank (or, for many ranks, the max, mean and min
+ * over ranks and the curve of the rank with the largest peak), with the
+ * phase marks on both. */
+
+#define TL_GAP 80.0
+#define HEAT_H 240.0
+#define CURVE_GAP 80.0
+#define CURVE_H 220.0
+#define TL_H (TL_GAP + HEAT_H + CURVE_GAP + CURVE_H + 50.0)
+#define HEAT_ROWS 128  /* more ranks than this: a row is a bin of ranks (its max) */
+#define CURVES_MAX 16  /* more ranks than this: envelopes, not one curve each */
+
+static double x_of_t(double t, double t_end)
+{
+    return ML + (t_end > 0 ? t / t_end : 0) * PW;
+}
+
+static void time_axis(FILE *f, double t_end, double y)
+{
+    fprintf(f, "<g class=\"xaxis\">");
+    for (int k = 0; k <= 4; k++) {
+        double t = t_end * k / 4, x = x_of_t(t, t_end);
+        fprintf(f, "<line class=\"axis\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" y2=\"%.2f\"/>"
+                   "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"middle\">%.3g s</text>",
+                x, y, x, y + 4, x, y + 16, t);
+    }
+    fprintf(f, "</g>\n");
+}
+
+static void phase_marks(FILE *f, const rr_report_t *rep, double top, double h, int labels)
+{
+    double t_end = rep->t_end_s;
+    for (size_t i = 0; i < rep->nphases; i++) {
+        const rr_phase_t *p = &rep->phases[i];
+        double x = x_of_t(p->t_start_s, t_end);
+        fprintf(f, "<line class=\"phase\" data-phase=\"%zu\" x1=\"%.2f\" y1=\"%.2f\" x2=\"%.2f\" "
+                   "y2=\"%.2f\"/>", i, x, top, x, top + h);
+        if (labels) {
+            fprintf(f, "<text class=\"phaselabel\" x=\"%.2f\" y=\"%.2f\">", x + 3,
+                    top + 12 + 12.0 * (double)(i % 3));
+            xml_text(f, p->name);
+            fprintf(f, "</text>");
+        }
+        fprintf(f, "\n");
+    }
+}
+
+/* White to dark blue. */
+static void heat_colour(double q, int *r, int *g, int *b)
+{
+    if (q < 0)
+        q = 0;
+    if (q > 1)
+        q = 1;
+    *r = (int)(247 + (8 - 247) * q);
+    *g = (int)(251 + (48 - 251) * q);
+    *b = (int)(255 + (107 - 255) * q);
+}
+
+static void timeline_panels(FILE *f, const rr_analysis_t *a, const size_t *by_rank, double top)
+{
+    const rr_report_t *rep = a->rep;
+    size_t n = rep->n;
+    enum { B = RM_TIMELINE_BUCKETS };
+    char b1[32];
+    uint64_t vmax = 0;
+    for (size_t i = 0; i < n; i++)
+        for (int k = 0; k < B; k++)
+            if (rep->ranks[i].timeline[k] > vmax)
+                vmax = rep->ranks[i].timeline[k];
+    double t_end = rep->t_end_s;
+
+    /* the heat map */
+    size_t rows = n > HEAT_ROWS ? HEAT_ROWS : n;
+    double htop = top + TL_GAP, rh = rows ? HEAT_H / (double)rows : HEAT_H, cw = PW / B;
+    fprintf(f, "<text class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">observed GPU bytes over time, rank "
+               "by rank%s (darkest: %s)</text>\n", ML, htop - 8,
+            rows < n ? " (each row the max of a bin of ranks)" : "",
+            rr_fmt_bytes(b1, sizeof b1, (double)vmax));
+    fprintf(f, "<g id=\"heatmap\" data-rows=\"%zu\" data-cols=\"%d\" data-max=\"%llu\" "
+               "data-top=\"%.2f\" data-height=\"%.2f\">\n", rows, B, (unsigned long long)vmax,
+            htop, HEAT_H);
+    for (size_t row = 0; row < rows; row++) {
+        size_t first = (size_t)((double)row * (double)n / (double)rows);
+        size_t end = row + 1 == rows ? n : (size_t)((double)(row + 1) * (double)n / (double)rows);
+        for (int k = 0; k < B; k++) {
+            uint64_t v = 0;
+            for (size_t p = first; p < end; p++)
+                if (rep->ranks[by_rank[p]].timeline[k] > v)
+                    v = rep->ranks[by_rank[p]].timeline[k];
+            if (!v)
+                continue; /* the background is the colour of 0 */
+            int r, g, b;
+            heat_colour(vmax ? (double)v / (double)vmax : 0, &r, &g, &b);
+            fprintf(f, "<rect x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\" "
+                       "fill=\"rgb(%d,%d,%d)\"/>", ML + cw * k, htop + rh * (double)row, cw + 0.3,
+                    rh + 0.3, r, g, b);
+        }
+        fputc('\n', f);
+    }
+    fprintf(f, "</g>\n<rect class=\"frame\" x=\"%.2f\" y=\"%.2f\" width=\"%.2f\" height=\"%.2f\"/>\n",
+            ML, htop, PW, HEAT_H);
+    if (n) {
+        fprintf(f, "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">rank %d</text>"
+                   "<text class=\"tick\" x=\"%.2f\" y=\"%.2f\" text-anchor=\"end\">rank %d</text>\n",
+                ML - 6, htop + 10, rep->ranks[by_rank[0]].rank, ML - 6, htop + HEAT_H,
+                rep->ranks[by_rank[n - 1]].rank);
+    }
+    phase_marks(f, rep, htop, HEAT_H, 1);
+    time_axis(f, t_end, htop + HEAT_H);
+
+    /* the curves */
+    double ctop = htop + HEAT_H + CURVE_GAP;
+    scale_t sc = nice_scale(1.03 * (double)vmax);
+    int each = n <= CURVES_MAX;
+    fprintf(f, "<text class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">%s</text>\n", ML, ctop - 8,
+            each ? "observed GPU bytes per rank"
+                 : "observed GPU bytes: max, mean and min over ranks, and the rank of the "
+                   "largest peak");
+    scale_ticks(f, &sc, ctop, CURVE_H);
+    phase_marks(f, rep, ctop, CURVE_H, 0);
+    fprintf(f, "<g id=\"curves\" data-curves=\"%s\" data-top=\"%.2f\" data-height=\"%.2f\" "
+               "data-scale-max=\"%.6g\">\n", each ? "ranks" : "envelope", ctop, CURVE_H, sc.max);
+    static const char *const palette[] = {"#4477aa", "#66ccee", "#228833", "#ccbb44",
+                                          "#ee6677", "#aa3377", "#bbbbbb", "#000000"};
+    size_t ncurves = each ? n : 4;
+    for (size_t c = 0; c < ncurves; c++) {
+        double v[B];
+        const char *cls = "curve", *colour = palette[c % 8];
+        int rank = -1;
+        if (each) {
+            const rr_rank_t *r = &rep->ranks[by_rank[c]];
+            rank = r->rank;
+            for (int k = 0; k < B; k++)
+                v[k] = (double)r->timeline[k];
+        } else if (c == 3) {
+            const rr_rank_t *r = &rep->ranks[0];
+            /* the rank holding the largest observed peak */
+            for (size_t i = 0; i < n; i++)
+                if (rep->ranks[i].rank == a->agg[RR_OBS_GPU_PEAK].max_rank)
+                    r = &rep->ranks[i];
+            rank = r->rank;
+            cls = "curve maxrank";
+            colour = "#ee6677";
+            for (int k = 0; k < B; k++)
+                v[k] = (double)r->timeline[k];
+        } else {
+            static const char *const names[3] = {"curve max", "curve mean", "curve min"};
+            static const char *const colours[3] = {"#213f66", "#4477aa", "#a9c6e3"};
+            cls = names[c];
+            colour = colours[c];
+            for (int k = 0; k < B; k++) {
+                double mx = 0, mn = n ? (double)UINT64_MAX : 0;
+                long double sum = 0;
+                for (size_t i = 0; i < n; i++) {
+                    double x = (double)rep->ranks[i].timeline[k];
+                    mx = x > mx ? x : mx;
+                    mn = x < mn ? x : mn;
+                    sum += x;
+                }
+                v[k] = c == 0 ? mx : c == 2 ? mn : n ? (double)(sum / n) : 0;
+            }
+        }
+        fprintf(f, "<polyline class=\"%s\" data-rank=\"%d\" fill=\"none\" stroke=\"%s\" "
+                   "stroke-width=\"1.5\" points=\"", cls, rank, colour);
+        for (int k = 0; k < B; k++)
+            fprintf(f, "%s%.2f,%.2f", k ? " " : "", ML + cw * (k + 0.5),
+                    y_of(v[k], ctop, CURVE_H, sc.max));
+        fprintf(f, "\"/>\n");
+    }
+    fprintf(f, "</g>\n");
+    time_axis(f, t_end, ctop + CURVE_H);
+}
+
 static void svg_style(FILE *f)
 {
     fputs("<style>\n"
@@ -311,6 +487,9 @@ static void svg_style(FILE *f)
           ".mean { stroke: #222; stroke-width: 1; stroke-dasharray: 2 3; }\n"
           ".capacity { stroke: #d62728; stroke-width: 2; stroke-dasharray: 8 4; }\n"
           ".caplabel { font-size: 12px; fill: #d62728; font-weight: bold; }\n"
+          ".phase { stroke: #555; stroke-width: 1; stroke-dasharray: 4 3; }\n"
+          ".phaselabel { font-size: 10px; fill: #333; }\n"
+          ".frame { fill: none; stroke: #444; stroke-width: 1; }\n"
           "</style>\n",
           f);
 }
@@ -357,16 +536,18 @@ int rr_write_svg(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     /* 3% headroom: the tallest bar and the capacity line stay off the frame */
     scale_t ps = nice_scale(1.03 * (cap_on_scale && (double)cap > pmax ? (double)cap : pmax));
     scale_t ls = nice_scale(1.03 * (double)a->agg[RR_BYTES_CURRENT].max);
+    /* the timeline's panels below the bars, when the report has one */
+    double HT = H + (rep->has_timeline && n ? TL_H : 0);
 
     fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" version=\"1.1\" width=\"%.0f\" "
                "height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\" data-ranks=\"%zu\" data-order=\"%s\" "
                "data-bars=\"%zu\" data-binned=\"%d\">\n",
-            W, H, W, H, n, o->order_by_peak ? "peak" : "rank", nbars, binned);
+            W, HT, W, HT, n, o->order_by_peak ? "peak" : "rank", nbars, binned);
     fprintf(f, "<title>rankmem memory report: ");
     xml_text(f, rep->job_id ? rep->job_id : rep->path);
     fprintf(f, ", %zu ranks</title>\n", n);
     svg_style(f);
-    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, H);
+    fprintf(f, "<rect x=\"0\" y=\"0\" width=\"%.0f\" height=\"%.0f\" fill=\"#ffffff\"/>\n", W, HT);
     fprintf(f, "<text class=\"title\" x=\"%.2f\" y=\"28\">rankmem memory report", ML);
     if (rep->job_id) {
         fprintf(f, ": job ");
@@ -451,6 +632,8 @@ int rr_write_svg(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
                 ML, LEAK_TOP + 20,
                 a->final ? "no rank leaked: every allocation was freed"
                          : "no rank holds live allocations");
+    if (rep->has_timeline && n)
+        timeline_panels(f, a, by_rank, H - 40.0);
     fprintf(f, "</svg>\n");
     free(bins);
     free(lbins);
@@ -595,9 +778,9 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
         else
             snprintf(b1, sizeof b1, "host");
         td_num(f, b1);
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_PEAK]));
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_RESERVED_PEAK]));
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_PEAK)));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_RESERVED_PEAK)));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)));
         fputs("</tr>\n", f);
     }
     fputs("</table>\n", f);
@@ -615,8 +798,8 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
             snprintf(b1, sizeof b1, "%d", r->rank);
             td_num(f, b1);
             td_text(f, r->host);
-            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->v[RR_BYTES_CURRENT]));
-            snprintf(b1, sizeof b1, "%llu", (unsigned long long)r->v[RR_COUNT_CURRENT]);
+            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)));
+            snprintf(b1, sizeof b1, "%llu", (unsigned long long)rm_value(r, RR_COUNT_CURRENT));
             td_num(f, b1);
             fputs("</tr>\n", f);
         }
@@ -650,6 +833,91 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     if (a->nnodes > nshow)
         fprintf(f, "<p>... and %zu more nodes (rankmem-report prints them all with --all).</p>\n",
                 a->nnodes - nshow);
+    if (a->agg[RR_OBS_GPU_PEAK].max > 0 || rep->schema >= 2) {
+        /* observed vs served, the ranks of the largest observed peaks */
+        size_t lim = rep->n < 10 ? rep->n : 10, shown[10];
+        size_t ns = 0;
+        for (size_t k = 0; k < lim; k++) {
+            size_t best = rep->n;
+            for (size_t i = 0; i < rep->n; i++) {
+                int taken = 0;
+                for (size_t j = 0; j < ns; j++)
+                    taken |= shown[j] == i;
+                if (taken)
+                    continue;
+                if (best == rep->n || rep->ranks[i].obs.gpu.peak > rep->ranks[best].obs.gpu.peak)
+                    best = i;
+            }
+            if (best == rep->n)
+                break;
+            shown[ns++] = best;
+        }
+        fputs("<h2 id=\"observed\">observed device memory (largest observed peaks)</h2>\n<table>\n"
+              "<tr><th class=\"num\">rank</th><th>state</th><th class=\"num\">observed</th>"
+              "<th class=\"num\">peak</th><th class=\"num\">served</th><th class=\"num\">"
+              "served peak</th><th class=\"num\">rankmem's peak</th></tr>\n", f);
+        for (size_t k = 0; k < ns; k++) {
+            const rr_rank_t *r = &rep->ranks[shown[k]];
+            fputs("<tr>", f);
+            snprintf(b1, sizeof b1, "%d", r->rank);
+            td_num(f, b1);
+            td_text(f, r->obs.state == RM_OBS_ON ? "on" : r->obs.why[0] ? r->obs.why
+                                                                       : rm_state_name(r->obs.state));
+            td_num(f, rr_fmt_bytes(b2, sizeof b2, (double)r->obs.gpu.current));
+            td_num(f, rr_fmt_bytes(b3, sizeof b3, (double)r->obs.gpu.peak));
+            td_num(f, rr_fmt_bytes(b4, sizeof b4, (double)r->obs.served.current));
+            td_num(f, rr_fmt_bytes(b5, sizeof b5, (double)r->obs.served.peak));
+            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->obs.rankmem_peak));
+            fputs("</tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
+    if (rep->has_leaks) {
+        fprintf(f, "<h2 id=\"leak-sites\">leaks by call site (%zu)</h2>\n", rep->nleaks);
+        if (!rep->nleaks)
+            fputs("<p>none observed</p>\n", f);
+        else {
+            fputs("<table>\n<tr><th>call site</th><th class=\"num\">ranks</th><th class=\"num\">"
+                  "bytes</th><th class=\"num\">blocks</th><th class=\"num\">first rank</th></tr>\n",
+                  f);
+            for (size_t i = 0; i < rep->nleaks; i++) {
+                const rr_leak_t *l = &rep->leaks[i];
+                fputs("<tr>", f);
+                td_text(f, l->site);
+                snprintf(b1, sizeof b1, "%d of %zu", l->ranks, rep->n);
+                td_num(f, b1);
+                td_num(f, rr_fmt_bytes(b2, sizeof b2, (double)l->bytes));
+                snprintf(b3, sizeof b3, "%llu", (unsigned long long)l->count);
+                td_num(f, b3);
+                snprintf(b4, sizeof b4, "%d", l->first_rank);
+                td_num(f, b4);
+                fputs("</tr>\n", f);
+            }
+            fputs("</table>\n", f);
+        }
+    }
+    if (rep->nphases) {
+        fprintf(f, "<h2 id=\"phases\">phases (%zu)</h2>\n<table>\n<tr><th>phase</th>"
+                   "<th class=\"num\">start</th><th class=\"num\">end</th><th class=\"num\">"
+                   "min peak</th><th class=\"num\">max peak</th><th class=\"num\">rank</th>"
+                   "<th class=\"num\">mean peak</th></tr>\n", rep->nphases);
+        for (size_t i = 0; i < rep->nphases; i++) {
+            const rr_phase_t *p = &rep->phases[i];
+            fputs("<tr>", f);
+            td_text(f, p->name);
+            snprintf(b1, sizeof b1, "%.3f s", p->t_start_s);
+            td_num(f, b1);
+            snprintf(b1, sizeof b1, "%.3f s", p->t_end_s);
+            td_num(f, b1);
+            td_num(f, rr_fmt_bytes(b2, sizeof b2, (double)p->peak_min));
+            td_num(f, rr_fmt_bytes(b3, sizeof b3, (double)p->peak_max));
+            snprintf(b4, sizeof b4, "%d", p->peak_max_rank);
+            td_num(f, b4);
+            td_num(f, rr_fmt_bytes(b5, sizeof b5, p->peak_mean));
+            fputs("</tr>\n", f);
+        }
+        fputs("</table>\n", f);
+    }
     fputs("</body>\n</html>\n", f);
     return ferror(f) ? -1 : 0;
 }

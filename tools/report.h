@@ -9,46 +9,54 @@
 #include <stdint.h>
 #include <stdio.h>
 
-/* The fields aggregated over ranks, in the plugin's order (mpi/report.c). */
-enum {
-    RR_BYTES_PEAK,
-    RR_BYTES_CURRENT,
-    RR_BYTES_TOTAL,
-    RR_COUNT_TOTAL,
-    RR_COUNT_PEAK,
-    RR_COUNT_CURRENT,
-    RR_RESERVED_PEAK,
-    RR_ALLOC_NS,
-    RR_STAGED_BYTES,
-    RR_STAGED_MESSAGES,
-    RR_NAGG
-};
+#include "report_model.h"
 
-typedef enum { RR_UNIT_BYTES, RR_UNIT_COUNT, RR_UNIT_NS } rr_unit_t;
+/* The fields aggregated over ranks: the report model's (common/
+ * report_model.h), under the names the tool's parts have used. */
+#define RR_BYTES_PEAK RM_BYTES_PEAK
+#define RR_BYTES_CURRENT RM_BYTES_CURRENT
+#define RR_BYTES_TOTAL RM_BYTES_TOTAL
+#define RR_COUNT_TOTAL RM_COUNT_TOTAL
+#define RR_COUNT_PEAK RM_COUNT_PEAK
+#define RR_COUNT_CURRENT RM_COUNT_CURRENT
+#define RR_RESERVED_PEAK RM_RESERVED_PEAK
+#define RR_ALLOC_NS RM_ALLOC_NS
+#define RR_STAGED_BYTES RM_STAGED_BYTES
+#define RR_STAGED_MESSAGES RM_STAGED_MESSAGES
+#define RR_OBS_GPU_PEAK RM_OBS_GPU_PEAK
+#define RR_OBS_SERVED_PEAK RM_OBS_SERVED_PEAK
+#define RR_NAGG RM_NAGG
+
+#define RR_UNIT_BYTES RM_UNIT_BYTES
+#define RR_UNIT_COUNT RM_UNIT_COUNT
+#define RR_UNIT_NS RM_UNIT_NS
+typedef rm_agg_field_t rr_field_t;
+#define rr_fields rm_agg_fields
+
+#define RR_HOST_FALLBACK RM_HOST_FALLBACK
+#define RR_SHARED_GPU RM_SHARED_GPU
+#define RR_BIND_MISMATCH RM_BIND_MISMATCH
+#define RR_BIND_NONE RM_BIND_NONE
+
+/* One rank's record: the model's (fixed-size strings, never NULL; wall_s
+ * NaN when the report says null). Values a report does not carry (an
+ * older schema, a CSV) are 0. */
+typedef rm_record_t rr_rank_t;
+
+/* Issue 19's job-level sections (JSON schema 2 only). */
+typedef struct {
+    char *site, *api, *kind;
+    int ranks, first_rank;
+    uint64_t bytes, count;
+} rr_leak_t;
 
 typedef struct {
-    const char *key;   /* JSON key and CSV column */
-    const char *label; /* for people */
-    rr_unit_t unit;
-} rr_field_t;
-
-extern const rr_field_t rr_fields[RR_NAGG];
-
-/* flags of a record (mpi/mpi_internal.h) */
-#define RR_HOST_FALLBACK 0x1u
-#define RR_SHARED_GPU 0x2u
-#define RR_BIND_MISMATCH 0x4u
-#define RR_BIND_NONE 0x8u
-
-/* One rank's record. Strings are never NULL. */
-typedef struct {
-    int rank, size, local_rank, local_size, env_local_rank, device, node_devices;
-    char *host, *device_name, *pci_bus_id, *bind_mode, *spec;
-    unsigned flags, version;
-    uint64_t v[RR_NAGG];
-    uint64_t dev_total_init, dev_free_init, dev_total_final, dev_free_final, staged_ns;
-    double wall_s; /* NaN when the report says null */
-} rr_rank_t;
+    char *name;
+    double t_start_s, t_end_s;
+    uint64_t peak_min, peak_max;
+    int peak_max_rank;
+    double peak_mean;
+} rr_phase_t;
 
 /* A report, whatever it was read from. Job fields a CSV cannot carry are
  * NULL (strings), -1 (writer_pid) or 0 (world_size, schema). */
@@ -62,6 +70,13 @@ typedef struct {
     int world_size;
     size_t n;              /* ranks */
     rr_rank_t *ranks;      /* in the file's order */
+    int has_timeline;      /* ranks[].timeline read from "timeline" */
+    double t_end_s;        /* the timeline's axis: [0, t_end_s] */
+    int has_leaks;         /* "leaks" was there (the finalize report) */
+    size_t nleaks;
+    rr_leak_t *leaks;
+    size_t nphases;
+    rr_phase_t *phases;
 } rr_report_t;
 
 /* Reads a report file ("-": stdin), JSON or CSV by its content. Returns 0,
@@ -77,24 +92,9 @@ int rr_schema_newest(void);
 
 /* ---- the analysis (report-analysis.c) ---- */
 
-typedef struct {
-    uint64_t min, max;
-    int min_rank, max_rank;  /* lowest rank on ties; -1 with no ranks */
-    long double sum;         /* exact far past 2^64 bytes in all */
-    double mean, std;        /* std: population (all ranks are there) */
-    double imbalance;        /* max / mean; NaN when the mean is 0 */
-} rr_agg_t;
-
-#define RR_NODE_DEVICES 16
-typedef struct {
-    const char *host;
-    size_t first, count;     /* into rr_analysis_t.by_host */
-    int devices[RR_NODE_DEVICES], ndevices, more_devices;
-    int host_fallback, shared;
-    uint64_t peak_sum, peak_max, leaked_sum, reserved_sum;
-    int peak_max_rank;
-    uint64_t dev_total, dev_free_init_min, dev_free_final_min; /* with devices only */
-} rr_node_t;
+typedef rm_agg_t rr_agg_t;
+#define RR_NODE_DEVICES RM_NODE_DEVICES
+typedef rm_node_t rr_node_t;
 
 typedef struct {
     const rr_report_t *rep;

@@ -27,10 +27,25 @@ SVGNS = "{http://www.w3.org/2000/svg}"
 GIB, MIB, KIB = 1 << 30, 1 << 20, 1 << 10
 
 FIELDS = ["bytes_peak", "bytes_current", "bytes_total", "count_total", "count_peak",
-          "count_current", "reserved_peak", "alloc_ns", "staged_bytes", "staged_messages"]
+          "count_current", "reserved_peak", "alloc_ns", "staged_bytes", "staged_messages",
+          "observed_gpu_peak", "observed_served_peak"]
 LABELS = ["peak bytes", "leaked bytes", "total bytes", "allocations", "peak allocations",
-          "live allocations", "reserved peak", "alloc time", "staged bytes", "staged messages"]
-UNITS = ["B", "B", "B", "n", "n", "n", "B", "ns", "B", "n"]
+          "live allocations", "reserved peak", "alloc time", "staged bytes", "staged messages",
+          "observed GPU peak", "served peak"]
+UNITS = ["B", "B", "B", "n", "n", "n", "B", "ns", "B", "n", "B", "B"]
+# Schema 2's aggregated values that sit in a record's "observed" object
+# (0 in a report written before it).
+NESTED = {"observed_gpu_peak": ("observed", "gpu", "peak"),
+          "observed_served_peak": ("observed", "served", "peak")}
+
+
+def value_of(rec, key):
+    v = rec
+    for k in NESTED.get(key, (key,)):
+        if not isinstance(v, dict) or k not in v:
+            return 0
+        v = v[k]
+    return v
 
 count = 0
 failed = 0
@@ -102,7 +117,7 @@ def aggregates(recs):
     std (population), imbalance (None when the mean is 0); exact fractions."""
     out = {}
     for key in FIELDS:
-        vals = [(r[key], r["rank"]) for r in recs]
+        vals = [(value_of(r, key), r["rank"]) for r in recs]
         mx = max(v for v, _ in vals)
         mn = min(v for v, _ in vals)
         s = sum(v for v, _ in vals)
@@ -164,6 +179,12 @@ def read_csv_records(path):
     for row in rows:
         r = dict(row)
         for k in FIELDS + ["rank", "device", "dev_total_init", "local_rank"]:
+            if k in NESTED:  # a CSV column "observed.gpu.peak", if the CSV has it
+                col = ".".join(NESTED[k])
+                if col in r:
+                    r.setdefault("observed", {}).setdefault(NESTED[k][1], {})[NESTED[k][2]] = \
+                        int(r[col])
+                continue
             r[k] = int(r[k])
         recs.append(r)
     return recs
@@ -298,12 +319,13 @@ def test_example_json():
         diag(err)
     agg = aggregates(recs)
     same = all(doc["aggregates"][k][x] == agg[k][x]
-               for k in FIELDS for x in ("min", "max", "sum", "max_rank", "min_rank"))
+               for k in FIELDS if k in doc["aggregates"]
+               for x in ("min", "max", "sum", "max_rank", "min_rank"))
     ok(same, "the values computed here match the plugin's own aggregates in the JSON")
     got = section(out, "aggregates over 4 ranks")
     want = expected_aggregate_lines(recs)
     ok(got is not None and got[1:] == want, "aggregates: min, max, rank of max, mean, std dev, "
-       "max/mean of the 10 fields, as computed here")
+       "max/mean of the %d fields, as computed here" % len(FIELDS))
     if got is None or got[1:] != want:
         diag("got:\n%s\nwant:\n%s" % ("\n".join(got or []), "\n".join(want)))
     top = section(out, "top ranks by peak")
@@ -549,6 +571,115 @@ def test_compare():
        "--compare: ranks only in one run are counted")
 
 
+def test_schema2():
+    """A schema-2 report (bench/mpi-report-bench.py, 2000 ranks): observed
+    memory, leaks by call site, phases, the heat map and curves, the CSV of
+    the same records, --compare by phase."""
+    gen = os.path.join(os.environ.get("RKT_SRCDIR", "."), "bench", "mpi-report-bench.py")
+    path = os.path.join(TMP, "s2.json")
+    subprocess.run([sys.executable, gen, "2000", path], check=True, timeout=300)
+    with open(path) as f:
+        doc = json.load(f)
+    recs = doc["ranks"]
+    svg, html = os.path.join(TMP, "s2.svg"), os.path.join(TMP, "s2.html")
+    rc, out, err = run(path, "--svg", svg, "--html", html)
+    ok(rc == 0 and no_crash(rc, err), "schema 2, 2000 ranks: exit 0")
+    if rc:
+        diag(err)
+    got = section(out, "aggregates over 2000 ranks")
+    want = expected_aggregate_lines(recs)
+    ok(got is not None and got[1:] == want, "schema 2: aggregates include the observed GPU and "
+       "served peaks, as computed here")
+    if got is None or got[1:] != want:
+        diag("got:\n%s\nwant:\n%s" % ("\n".join(got or []), "\n".join(want)))
+    obs = section(out, "observed device memory (the program's, as CUDA saw it; served: by rankmem)")
+    top = sorted(recs, key=lambda r: (-r["observed"]["gpu"]["peak"], r["rank"]))[:10]
+    ok(obs is not None and [int(x.split()[0]) for x in obs[1:11]] == [r["rank"] for r in top],
+       "schema 2: ranks by observed GPU peak, largest first")
+    sites = section(out, "leaks by call site (20)")
+    ok(sites is not None and len(sites) == 20 and
+       sites[0] == "  cudaMalloc at solver.c:200 (main < run_step): 2000 of 2000 ranks, "
+                   "1.95 GiB in 2000 blocks (first rank 0)",
+       "schema 2: leaks by call site, with rank counts")
+    phases = section(out, "phases (observed GPU peak per phase over ranks)")
+    ok(phases is not None and [x.split()[0] for x in phases[1:]] ==
+       ["start", "setup", "solve", "output", "teardown"], "schema 2: the phases in order")
+    root = svg_root(svg)
+    heat = root.find(".//%sg[@id='heatmap']" % SVGNS) if root is not None else None
+    ok(heat is not None and heat.get("data-rows") == "128" and heat.get("data-cols") == "64" and
+       int(heat.get("data-max")) == max(max(x) for x in doc["timeline"]["bytes"]),
+       "SVG: a heat map of 128 binned rows x 64 buckets, scaled to the largest value")
+    curves = root.find(".//%sg[@id='curves']" % SVGNS) if root is not None else None
+    lines = curves.findall("%spolyline" % SVGNS) if curves is not None else []
+    ok(curves is not None and curves.get("data-curves") == "envelope" and len(lines) == 4 and
+       all(len(x.get("points").split()) == 64 for x in lines),
+       "SVG: 2000 ranks: the max, mean, min and the largest rank's curve, 64 points each")
+    marks = root.findall(".//%sline[@class='phase']" % SVGNS) if root is not None else []
+    ok(len(marks) == 2 * 5, "SVG: the 5 phase marks on both panels")
+    try:
+        import xml.etree.ElementTree as ET
+        ET.parse(html)
+        with open(html) as f:
+            h = f.read()
+        ok('id="leak-sites"' in h and 'id="phases"' in h and 'id="heatmap"' in h and
+           'id="observed"' in h, "HTML: observed memory, leaks by call site, phases, the heat map")
+    except Exception as e:  # noqa: BLE001
+        ok(False, "HTML well-formed (%s)" % e)
+    # a few ranks: one curve each
+    small = dict(doc)
+    small["ranks"] = recs[:8]
+    small["job"] = dict(doc["job"], ranks=8)
+    small["timeline"] = dict(doc["timeline"], bytes=doc["timeline"]["bytes"][:8])
+    sp = write_json("s2-small.json", small)
+    ssvg = os.path.join(TMP, "s2-small.svg")
+    rc, out, err = run(sp, "--svg", ssvg, "-q")
+    root = svg_root(ssvg) if rc == 0 else None
+    curves = root.find(".//%sg[@id='curves']" % SVGNS) if root is not None else None
+    ok(curves is not None and curves.get("data-curves") == "ranks" and
+       [x.get("data-rank") for x in curves.findall("%spolyline" % SVGNS)] ==
+       [str(r) for r in range(8)], "SVG: 8 ranks: one curve per rank")
+    # --compare: the solve phase grew by 25% in the new run
+    new = json.loads(json.dumps(small))
+    for p_ in new["phases"]:
+        if p_["name"] == "solve":
+            p_["peak_max"] = p_["peak_max"] * 5 // 4
+    new["phases"].append({"name": "extra", "t_start_s": 60.0, "t_end_s": 61.0, "peak_min": 0,
+                          "peak_max": 1, "peak_max_rank": 0, "peak_mean": 0.5, "ranks": 8})
+    np_ = write_json("s2-new.json", new)
+    rc, out, err = run("--compare", sp, np_)
+    cmp_ = section(out, "peaks per phase")
+    rows = {x.split()[0]: x for x in (cmp_ or [])}
+    ok(rc == 0 and "solve" in rows and "+25.0%" in rows["solve"] and "setup" in rows and
+       rows["setup"].split()[5] == "=" and "extra" in rows and "new" in rows["extra"],
+       "--compare: peaks per phase, matched by name")
+    if not cmp_:
+        diag(out)
+    # the same records as CSV read the same (observed columns by name)
+    csvp = os.path.join(TMP, "s2.csv")
+    import csv as csvmod
+    cols = ["rank", "size", "host", "local_rank", "local_size", "env_local_rank", "device",
+            "node_devices", "device_name", "pci_bus_id", "bind_mode", "spec", "flags",
+            "bytes_peak", "bytes_current", "bytes_total", "count_total", "count_peak",
+            "count_current", "reserved_peak", "alloc_ns", "staged_bytes", "staged_messages",
+            "dev_total_init", "dev_free_init", "dev_total_final", "dev_free_final", "staged_ns",
+            "wall_s", "version", "observed.state", "observed.gpu.peak", "observed.served.peak"]
+    with open(csvp, "w", newline="") as f:
+        w = csvmod.writer(f)
+        w.writerow(cols)
+        for r in recs:
+            w.writerow([r["observed"]["state"] if c == "observed.state" else
+                        value_of(r, {"observed.gpu.peak": "observed_gpu_peak",
+                                     "observed.served.peak": "observed_served_peak"}.get(c, c))
+                        for c in cols])
+    rc, out, err = run(csvp)
+    got = section(out, "aggregates over 2000 ranks")
+    ok(rc == 0 and got is not None and got[1:] == want,
+       "schema 2 as CSV: the observed columns read by name, the same aggregates")
+    if rc:
+        diag(err)
+
+
+
 def expect_refusal(name, path, want, what):
     rc, out, err = run(path)
     good = rc == 1 and no_crash(rc, err) and re.search(want, err) is not None and out == ""
@@ -614,10 +745,10 @@ def test_malformed():
                    "a rank twice")
 
     doc = json.loads(text)
-    doc["schema"] = 2
-    expect_refusal("s2", write("schema2.json", json.dumps(doc)),
-                   r"schema2\.json:1:\d+: report schema 2 is newer than this rankmem-report "
-                   r"reads \(schemas 1 to 1\)", "\"schema\": 2 is refused as newer")
+    doc["schema"] = 3
+    expect_refusal("s3", write("schema3.json", json.dumps(doc)),
+                   r"schema3\.json:1:\d+: report schema 3 is newer than this rankmem-report "
+                   r"reads \(schemas 1 to 2\)", "\"schema\": 3 is refused as newer")
     doc["schema"] = 0
     expect_refusal("s0", write("schema0.json", json.dumps(doc)), r"unknown report schema 0",
                    "\"schema\": 0")
@@ -716,7 +847,7 @@ def test_usage():
        "--svg -: the SVG alone on stdout")
 
 
-PLAN = 102
+PLAN = 114
 
 
 def main():
@@ -728,6 +859,7 @@ def main():
     test_svg_big()
     test_html()
     test_compare()
+    test_schema2()
     test_malformed()
     test_usage()
     if count != PLAN:

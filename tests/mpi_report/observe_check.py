@@ -1,0 +1,274 @@
+#!/usr/bin/env python3
+"""TAP checks of observed memory in the MPI plugin's report (run by observe.mpish).
+
+observe_prog feeds the recorder known allocations on 4 ranks (see
+observe_prog.c); every observed number of the report is checked against
+them: per-rank peaks by kind, leaks grouped by call site across ranks,
+the timeline's shape, the phases (names, peaks, the MPI_Pcontrol mark)."""
+
+import csv
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+
+NP = 4
+KIB, MIB = 1 << 10, 1 << 20
+B = 64
+TIMEOUT = 120
+
+builddir = os.environ.get("RKT_BUILDDIR", ".")
+srcdir = os.environ.get("RKT_SRCDIR", ".")
+mpirun = os.environ["MPIRUN"]
+prog = os.path.join(builddir, "tests", "mpi_report", "observe_prog")
+source = os.path.join(srcdir, "tests", "mpi_report", "observe_prog.c")
+
+count = 0
+failed = 0
+
+
+def ok(cond, name):
+    global count, failed
+    count += 1
+    if not cond:
+        failed += 1
+    print("%sok %d - %s" % ("" if cond else "not ", count, name), flush=True)
+    return cond
+
+
+def diag(text):
+    for line in str(text).splitlines():
+        print("# " + line)
+    sys.stdout.flush()
+
+
+def launcher_flags():
+    try:
+        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                             timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        out = ""
+    return ["--oversubscribe"] if ("Open MPI" in out or "OpenRTE" in out) else []
+
+
+def run(cwd, settings):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("RANKMEM_"):
+            del env[k]
+    env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1",
+               OMPI_MCA_btl_vader_single_copy_mechanism="none")
+    asan = env.get("ASAN_OPTIONS")
+    env["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "detect_leaks=0:verify_asan_link_order=0"
+    cmd = [mpirun] + launcher_flags() + ["-np", str(NP), "env"] + \
+        ["%s=%s" % kv for kv in settings.items()] + [prog]
+    p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                         stdin=subprocess.DEVNULL, text=True, start_new_session=True)
+    try:
+        out, err = p.communicate(timeout=TIMEOUT)
+        return p.returncode, out, err
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(p.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        out, err = p.communicate()
+        return "timeout", out or "", err or ""
+
+
+def expected(r):
+    """What rank r fed (observe_prog.c)."""
+    a, t = (r + 1) * MIB, 4 * (r + 1) * MIB
+    leak = 2 * 64 * KIB + (MIB if r % 2 == 0 else 0)
+    nleak = 2 + (r % 2 == 0)
+    return dict(
+        device_peak=a + 2 * MIB + t, managed_peak=512 * KIB, pinned_peak=256 * KIB,
+        gpu_peak=a + 2 * MIB + 512 * KIB + t, setup_peak=a + 2 * MIB + 512 * KIB,
+        gpu_current=leak, gpu_live=nleak, device_count=3 + nleak,
+        gpu_total=a + 2 * MIB + 512 * KIB + t + leak)
+
+
+def source_line(marker):
+    with open(source) as f:
+        for i, line in enumerate(f, 1):
+            if marker in line:
+                return i
+    return -1
+
+
+def main():
+    top = tempfile.mkdtemp(prefix="rankmem-observe-test-")
+    try:
+        tests(top)
+    finally:
+        shutil.rmtree(top, ignore_errors=True)
+    print("1..%d" % count, flush=True)
+    return 1 if failed else 0
+
+
+def tests(top):
+    rc, out, err = run(top, {"RANKMEM_OBSERVE": "on", "RANKMEM_QUIET": "1",
+                             "RANKMEM_REPORT": os.path.join(top, "r"),
+                             "RANKMEM_REPORT_FORMAT": "text,json,timeline"})
+    res = {}
+    for line in err.splitlines():
+        if line.startswith("RESULT "):
+            d = dict(kv.split("=", 1) for kv in line.split()[1:])
+            res[int(d["rank"])] = d
+    if not ok(rc == 0 and sorted(res) == list(range(NP)), "4 ranks ran (exit %r)" % rc):
+        diag(err[-3000:])
+    ok(all(d.get("bad_input") == "ok" for d in res.values()),
+       "rankmem_mpi_observe_alloc(NULL, ...) and rankmem_mpi_phase(NULL): an error status")
+    ok(all(d.get("feeding") == "ok" for d in res.values()), "every feeding call succeeded")
+    try:
+        with open(os.path.join(top, "r.json")) as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as e:
+        ok(False, "the report parses (%s)" % e)
+        return
+    ok(doc["schema"] == 2 and doc["record_version"] == 2, "schema 2, record version 2")
+    recs = doc["ranks"]
+    obs = [r["observed"] for r in recs]
+    states = {o["state"] for o in obs}
+    ok(states <= {"on", "unavailable"} and len(states) == 1,
+       "observation started on every rank (state %s)" % ", ".join(sorted(states)))
+
+    bad = []
+    for rec in recs:
+        r, o, want = rec["rank"], rec["observed"], expected(rec["rank"])
+        got = dict(device_peak=o["device"]["peak"], managed_peak=o["managed"]["peak"],
+                   pinned_peak=o["pinned"]["peak"], gpu_peak=o["gpu"]["peak"],
+                   gpu_current=o["gpu"]["current"], gpu_live=o["gpu"]["live"],
+                   device_count=o["device"]["count"], gpu_total=o["gpu"]["total"])
+        for k, v in got.items():
+            if v != want[k]:
+                bad.append("rank %d: %s = %r, want %r" % (r, k, v, want[k]))
+        if o["vmm"]["peak"] != 0 or o["served"]["peak"] != 0 or o["unmatched_frees"] != 1:
+            bad.append("rank %d: vmm %r, served %r, unmatched frees %r" % (
+                r, o["vmm"]["peak"], o["served"]["peak"], o["unmatched_frees"]))
+        if not o["gpu"]["peak_s"] > 0:
+            bad.append("rank %d: peak_s %r" % (r, o["gpu"]["peak_s"]))
+    ok(not bad, "per-rank observed peaks, current, live, counts by kind are exact")
+    for b in bad:
+        diag(b)
+
+    agg = doc["aggregates"]["observed_gpu_peak"]
+    peaks = [expected(r)["gpu_peak"] for r in range(NP)]
+    ok(agg["max"] == max(peaks) and agg["max_rank"] == NP - 1 and agg["min"] == min(peaks) and
+       agg["min_rank"] == 0 and abs(agg["mean"] - sum(peaks) / NP) < 1e-6,
+       "aggregates.observed_gpu_peak: min/max(rank)/mean over ranks")
+
+    nodes = doc["nodes"]
+    ok(len(nodes) >= 1 and sum(n["observed_gpu_peak_sum"] for n in nodes) == sum(peaks) and
+       max(n["observed_gpu_peak_max"] for n in nodes) == max(peaks),
+       "nodes: observed GPU peak sum and max per node")
+
+    # leaks by call site
+    leaks = doc.get("leaks", [])
+    ok(len(leaks) == 2, "two leak sites across ranks (%d)" % len(leaks))
+    by_ranks = sorted(leaks, key=lambda x: -x["ranks"])
+    if len(by_ranks) == 2:
+        a, b = by_ranks
+        ok(a["ranks"] == NP and a["bytes"] == NP * 128 * KIB and a["count"] == 2 * NP and
+           a["first_rank"] == 0, "leak_a: %d of %d ranks, %d bytes in %d blocks" %
+           (a["ranks"], NP, a["bytes"], a["count"]))
+        ok(b["ranks"] == NP // 2 and b["bytes"] == NP // 2 * MIB and b["count"] == NP // 2 and
+           b["first_rank"] == 0, "leak_b: %d of %d ranks (the even ones), %d bytes" %
+           (b["ranks"], NP, b["bytes"]))
+        ok(a["site"] != b["site"] and a["kind"] == "device",
+           "distinct sites: %r, %r" % (a["site"], b["site"]))
+        # Named by file and line where addr2line finds them (the program has -g).
+        la, lb = source_line("leak site A"), source_line("leak site B")
+        named = ("observe_prog.c:%d" % la in a["site"] and "observe_prog.c:%d" % lb in b["site"])
+        by_symbol = "leak_a" in a["site"] and "leak_b" in b["site"]
+        if named or by_symbol:
+            ok(True, "sites name where the leaks were made")
+        else:
+            ok(True, "# SKIP sites without lines or symbols here: %r, %r" % (a["site"], b["site"]))
+    else:
+        for _ in range(4):
+            ok(False, "leak sites")
+        diag(json.dumps(leaks, indent=1))
+
+    # timeline
+    tl = doc["timeline"]
+    rows = tl["bytes"]
+    ok(tl["buckets"] == B and len(rows) == NP and all(len(x) == B for x in rows) and
+       tl["t_end_s"] > 0.2, "timeline: %d ranks x %d buckets over %.3f s" %
+       (len(rows), tl["buckets"], tl["t_end_s"]))
+    good = all(max(rows[r]) == expected(r)["gpu_peak"] for r in range(NP))
+    ok(good, "timeline: each rank's max is its observed peak")
+    ok(all(rows[r][-1] == expected(r)["gpu_current"] for r in range(NP)),
+       "timeline: each rank ends at its leaked bytes")
+    # the peak comes after the start and before the end (the pauses)
+    ok(all(0 < rows[r].index(max(rows[r])) < B - 1 for r in range(NP)),
+       "timeline: the peak is inside the run, not at an edge")
+    try:
+        with open(os.path.join(top, "r-timeline.csv"), newline="") as f:
+            trows = list(csv.DictReader(f))
+        ok(len(trows) == NP * B and
+           all(int(x["bytes"]) == rows[int(x["rank"])][int(x["bucket"])] for x in trows),
+           "the timeline CSV says what the JSON says (%d rows)" % len(trows))
+    except (OSError, KeyError, ValueError) as e:
+        ok(False, "the timeline CSV (%s)" % e)
+
+    # phases: start, setup, solve, checkpoint (MPI_Pcontrol), finish
+    ph = doc["phases"]
+    names = [p["name"] for p in ph]
+    ok(names == ["start", "setup", "solve", "checkpoint", "finish"],
+       "phases in order, MPI_Pcontrol(3, label) among them: %s" % names)
+    if len(ph) == 5:
+        setup, solve, fin = ph[1], ph[2], ph[4]
+        sp = [expected(r)["setup_peak"] for r in range(NP)]
+        ok(setup["peak_min"] == min(sp) and setup["peak_max"] == max(sp) and
+           setup["peak_max_rank"] == NP - 1 and abs(setup["peak_mean"] - sum(sp) / NP) < 1e-6,
+           "phase setup: peak min/max(rank)/mean")
+        ok(solve["peak_max"] == max(peaks) and solve["peak_min"] == min(peaks) and
+           solve["peak_max_rank"] == NP - 1, "phase solve: the job's peak")
+        fp = [expected(r)["gpu_current"] for r in range(NP)]
+        ok(fin["peak_max"] == max(fp) and fin["peak_max_rank"] == 0 and fin["peak_min"] == min(fp),
+           "phase finish: the leaks, largest on rank 0")
+        ok(all(ph[i]["t_start_s"] <= ph[i + 1]["t_start_s"] for i in range(4)),
+           "phases start in order")
+    else:
+        for _ in range(4):
+            ok(False, "phases")
+        diag(json.dumps(ph, indent=1))
+
+    # the text report
+    try:
+        with open(os.path.join(top, "r.txt")) as f:
+            text = f.read()
+    except OSError as e:
+        text = ""
+        diag(e)
+    unobserved = states == {"unavailable"}
+    ok(("device allocations not observed: " in text and "(4 of 4 ranks)" in text) ==
+       unobserved, "text: one 'not observed' line when observation is unavailable")
+    ok(re.search(r"\n  .+: 4 of 4 ranks, 512\.00 KiB in 8 blocks", text) is not None and
+       re.search(r"\n  .+: 2 of 4 ranks, 2\.00 MiB in 2 blocks", text) is not None,
+       "text: leaks by call site with rank counts and bytes")
+    # rankmem-report reads what the plugin wrote (one field table for both)
+    tool = os.path.join(builddir, "tools", "rankmem-report")
+    if os.path.exists(tool):
+        p = subprocess.run([tool, os.path.join(top, "r.json"), "--all"], capture_output=True,
+                           text=True, timeout=120)
+        want_sites = [l for l in text.splitlines() if re.match(r"  .+: \d+ of 4 ranks, ", l)]
+        got_sites = [l for l in p.stdout.splitlines() if re.match(r"  .+: \d+ of 4 ranks, ", l)]
+        ok(p.returncode == 0 and want_sites and got_sites == want_sites and
+           "observed device memory" in p.stdout and "\n  solve " in p.stdout,
+           "rankmem-report reads the plugin's schema-2 report: the same leak sites, phases")
+        if p.returncode:
+            diag(p.stderr)
+    else:
+        ok(True, "# SKIP rankmem-report not built")
+    if failed:
+        diag(text[-4000:])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
