@@ -7,6 +7,9 @@
  *      RANKMEM_MPI_VERBOSE; take the node-local rank from the launcher's
  *      environment and select the device, so that the MPI library's own
  *      GPU resources land on it;
+ *      then start observation (mpi/observe.c: the recorder, CUPTI), so
+ *      that allocations made around MPI_Init are seen, and configure
+ *      serving (mpi/intercept.c);
  *   2. PMPI_Init;
  *   3. the node-local rank from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
  *      (it wins over the environment: the device is selected again if they
@@ -16,7 +19,15 @@
  *   4. one MPI_Allreduce tells every rank whether any rank found a bad
  *      setting: then every rank says why (or that another rank failed),
  *      finalizes MPI and exits with status 1. All ranks decide together,
- *      so that no rank waits in a collective for one that left.
+ *      so that no rank waits in a collective for one that left. The same
+ *      reduction counts the ranks where observation was wanted and does
+ *      not run (CUPTI absent or taken): world rank 0 says so in one line
+ *      for the job;
+ *   5. serving starts (RANKMEM_INTERCEPT=cuda).
+ *
+ * At MPI_Finalize: serving stops (frees of served blocks are still
+ * served), the report is written (it reads the recorder), then
+ * observation stops.
  *
  * Our only collectives run inside MPI_Init, MPI_Finalize and the report,
  * which every rank enters; nothing of ours waits on another rank at any
@@ -49,6 +60,12 @@ static int verbose;
 static rk_bind_spec_t bind;
 static char bind_text[64] = "auto";
 static char bad_setting[512]; /* first bad setting seen on this rank ("" none) */
+
+/* Observation and serving (issue 19), read before PMPI_Init. */
+static int observe_mode = RK_OBSERVE_AUTO;
+static int observe_backtrace = 8;
+static size_t observe_max_blocks;
+static int intercept_mode;
 
 static int env_local_rank = -1;
 static const char *env_var;
@@ -255,7 +272,56 @@ static int make_resource(const char *spec)
     return 0;
 }
 
+/* ---- observation and serving options (issue 19) ---- */
+
+static void observe_options(void)
+{
+    const char *v = table_option("RANKMEM_OBSERVE");
+    if (v) {
+        int m = rk_observe_parse_mode(v);
+        if (m < 0)
+            bad("RANKMEM_OBSERVE='%.48s': expected auto, on or off", v);
+        else
+            observe_mode = m;
+    }
+    if ((v = table_option("RANKMEM_OBSERVE_BACKTRACE")) != NULL) {
+        char *end;
+        long n = strtol(v, &end, 10);
+        if (end == v || *end || n < 0 || n > RK_OBS_MAX_FRAMES)
+            bad("RANKMEM_OBSERVE_BACKTRACE='%.48s': expected 0 to %d frames", v,
+                RK_OBS_MAX_FRAMES);
+        else
+            observe_backtrace = (int)n;
+    }
+    if ((v = table_option("RANKMEM_OBSERVE_MAX_BLOCKS")) != NULL) {
+        size_t n = 0;
+        if (rankmem_parse_size(v, 0, &n) != RANKMEM_SUCCESS || n == 0) {
+            rankmem_clear_error();
+            bad("RANKMEM_OBSERVE_MAX_BLOCKS='%.48s': expected a count of blocks (1M: 1048576)",
+                v);
+        } else {
+            observe_max_blocks = n;
+        }
+    }
+    if ((v = table_option("RANKMEM_INTERCEPT")) != NULL) {
+        int m = rk_icpt_parse_mode(v);
+        if (m < 0)
+            bad("RANKMEM_INTERCEPT='%.48s': expected none or cuda", v);
+        else
+            intercept_mode = m;
+    }
+#if !HAVE_CUDA
+    if (intercept_mode) {
+        rk_mpi_warn("RANKMEM_INTERCEPT=cuda: rankmem was built without CUDA; nothing is served");
+        intercept_mode = 0;
+    }
+#endif
+}
+
 /* ---- the hooks ---- */
+
+static void pre_bind(const char *b);
+static void observe_job_line(int failed_here, int nfail, const char *why_here);
 
 void rk_mpi_pre_init(void)
 {
@@ -263,6 +329,7 @@ void rk_mpi_pre_init(void)
         return;
     pre_done = 1;
     verbose = bool_option("RANKMEM_MPI_VERBOSE", 0);
+    observe_options();
 
     const char *b = table_option("RANKMEM_BIND");
     if (b) {
@@ -278,6 +345,20 @@ void rk_mpi_pre_init(void)
 
     env_local_rank = rk_bind_env_local_rank(&env_var);
     ndev = rk_mpi_gpu_count();
+    pre_bind(b);
+    /* Right after the device is chosen: what the program and the MPI
+     * library allocate from here on is seen. Not with a bad setting: the
+     * job stops after PMPI_Init. */
+    if (!bad_setting[0]) {
+        rk_observe_start(observe_mode, ndev > 0, observe_backtrace, observe_max_blocks);
+        rk_icpt_configure(intercept_mode);
+    }
+}
+
+/* Select the device from the launcher's local rank, before PMPI_Init, so
+ * that the MPI library's own GPU resources land on it. */
+static void pre_bind(const char *b)
+{
     if (!b || bind.mode == RK_BIND_NONE || ndev == 0 || env_local_rank < 0)
         return;
     int overlap[RK_BIND_LIST_MAX];
@@ -386,12 +467,18 @@ void rk_mpi_post_init(int rc)
             (void)make_resource(spec);
     }
 
-    /* Every rank learns whether any rank has a bad setting. */
-    int mine = bad_setting[0] != 0, nbad = 0;
-    if (PMPI_Allreduce(&mine, &nbad, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS)
-        nbad = mine;
+    /* Every rank learns whether any rank has a bad setting, and how many
+     * ranks cannot observe (one reduction for both). */
+    char obs_why[200] = "";
+    int mine[2] = {bad_setting[0] != 0, rk_observe_unavailable(obs_why, sizeof obs_why)};
+    int sum[2] = {0, 0};
+    if (PMPI_Allreduce(mine, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD) != MPI_SUCCESS) {
+        sum[0] = mine[0];
+        sum[1] = mine[1];
+    }
+    int nbad = sum[0];
     if (nbad > 0) {
-        if (mine)
+        if (mine[0])
             rk_mpi_warn("%s", bad_setting);
         else
             rk_mpi_warn("stopping: %d rank%s found a bad rankmem setting (see %s message)", nbad,
@@ -412,6 +499,9 @@ void rk_mpi_post_init(int rc)
         rk_mpi_warn("MPI_Comm_dup failed: no report at MPI_Finalize");
     }
     active = 1;
+    if (sum[1] > 0)
+        observe_job_line(mine[1], sum[1], obs_why);
+    rk_observe_after_init();
     if (rk_mpi_staging_init)
         rk_mpi_staging_init(); /* decides RANKMEM_STAGING once (mpi/staging.c) */
     char devtext[160];
@@ -427,6 +517,31 @@ void rk_mpi_post_init(int rc)
                    spec_text, flags & RK_MPI_HOST_FALLBACK ? ", host fallback (no GPU)" : "",
                    flags & RK_MPI_SHARED_GPU ? ", device shared with another rank" : "",
                    flags & RK_MPI_BIND_MISMATCH ? ", launcher and communicator disagree" : "");
+    /* Last: the rank's resource, device and communicator are all set. */
+    if (intercept_mode)
+        rk_icpt_set_active(1);
+}
+
+/* One line for the job when observation does not run on some ranks: their
+ * count (nfail, from the reduction every rank took part in) and the reason
+ * of the lowest such rank, which world rank 0 prints. Collective on every
+ * rank (all know nfail > 0). */
+static void observe_job_line(int failed_here, int nfail, const char *why_here)
+{
+    MPI_Comm comm = report_comm != MPI_COMM_NULL ? report_comm : MPI_COMM_WORLD;
+    int me = failed_here ? world_rank : world_size, first = world_size;
+    char why[200];
+    snprintf(why, sizeof why, "%s", failed_here ? why_here : "");
+    if (PMPI_Allreduce(&me, &first, 1, MPI_INT, MPI_MIN, comm) != MPI_SUCCESS ||
+        first >= world_size ||
+        (first != 0 && PMPI_Bcast(why, (int)sizeof why, MPI_CHAR, first, comm) != MPI_SUCCESS)) {
+        first = world_rank; /* say what this rank knows */
+        snprintf(why, sizeof why, "%s", failed_here ? why_here : "reason unknown");
+    }
+    why[sizeof why - 1] = '\0';
+    if (world_rank == 0)
+        rk_mpi_warn("device allocations not observed on %d of %d ranks: %s", nfail, world_size,
+                    why[0] ? why : "reason unknown");
 }
 
 void rk_mpi_pre_finalize(void)
@@ -434,15 +549,32 @@ void rk_mpi_pre_finalize(void)
     if (fini_done)
         return;
     fini_done = 1;
-    if (!active)
-        return;
-    if (rk_mpi_staging_finalize)
-        rk_mpi_staging_finalize();
-    if (report_comm == MPI_COMM_NULL)
-        return;
-    rk_mpi_verbose("MPI_Finalize: writing the report");
-    (void)rk_mpi_report_write(report_comm, NULL);
-    PMPI_Comm_free(&report_comm);
+    /* Blocks served until now are still served back when freed. */
+    rk_icpt_set_active(0);
+    if (active) {
+        if (rk_mpi_staging_finalize)
+            rk_mpi_staging_finalize();
+        if (report_comm != MPI_COMM_NULL) {
+            rk_mpi_verbose("MPI_Finalize: writing the report");
+            (void)rk_mpi_report_write(report_comm, NULL);
+            PMPI_Comm_free(&report_comm);
+        }
+    }
+    if (intercept_mode) {
+        uint64_t live = 0, served = 0, fwd[RK_ICPT_NREASONS];
+        rk_icpt_counters(&live, &served, fwd);
+        rk_mpi_verbose("RANKMEM_INTERCEPT=cuda: %llu allocations served (%llu still live), %llu "
+                       "sent to CUDA (other device %llu, refused by the resource %llu)",
+                       (unsigned long long)served, (unsigned long long)live,
+                       (unsigned long long)(fwd[RK_ICPT_FWD_INACTIVE] + fwd[RK_ICPT_FWD_INTERNAL] +
+                                            fwd[RK_ICPT_FWD_OURS] + fwd[RK_ICPT_FWD_BAD_ARGS] +
+                                            fwd[RK_ICPT_FWD_NO_RESOURCE] +
+                                            fwd[RK_ICPT_FWD_OTHER_DEVICE] + fwd[RK_ICPT_SERVE]),
+                       (unsigned long long)fwd[RK_ICPT_FWD_OTHER_DEVICE],
+                       (unsigned long long)fwd[RK_ICPT_SERVE]);
+    }
+    /* After the report, which read the recorder. */
+    rk_observe_stop();
 }
 
 /* ---- for the report ---- */
@@ -501,6 +633,8 @@ void rk_mpi_fill_record(rk_mpi_record_t *rec)
 }
 
 /* ---- public ---- */
+
+int rk_mpi_world_rank(void) { return world_rank; }
 
 int rankmem_mpi_local_rank(void) { return local_rank; }
 

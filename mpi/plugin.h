@@ -1,6 +1,6 @@
-/* rankmem MPI plugin: what init.c, bind.c, gpu.c, timing.c, alloc_mem.c and
- * fortran.c share (not installed; every symbol hidden). The record and the
- * report's entry points are in mpi_internal.h. */
+/* rankmem MPI plugin: what init.c, bind.c, gpu.c, timing.c, alloc_mem.c,
+ * fortran.c, observe.c and intercept.c share (not installed; every symbol
+ * hidden). The record and the report's entry points are in mpi_internal.h. */
 #ifndef RANKMEM_MPI_PLUGIN_H
 #define RANKMEM_MPI_PLUGIN_H
 
@@ -12,6 +12,15 @@
 #include <rankmem_mpi.h>
 
 #include "mpi_internal.h"
+#include "recorder.h"
+#include "intercept_map.h"
+
+/* The recorder's per-thread depth (recorder.h), read and raised on hot
+ * paths (the timing layer, the interposer): the plugin is loaded with the
+ * program (LD_PRELOAD or linked), so the initial-exec model is safe and
+ * spares a __tls_get_addr call per access. */
+extern __thread int rk_obs_internal_depth
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 /* The interposed MPI entry points are the only non-rankmem_* symbols the
  * library exports. */
@@ -103,6 +112,58 @@ RK_MPI_HIDDEN void rk_mpi_pre_init(void);
 RK_MPI_HIDDEN void rk_mpi_post_init(int rc);
 /* Before the MPI library's finalize: the report. Idempotent. */
 RK_MPI_HIDDEN void rk_mpi_pre_finalize(void);
+
+/* MPI_COMM_WORLD's rank once MPI_Init returned, else -1. */
+RK_MPI_HIDDEN int rk_mpi_world_rank(void);
+
+/* ---- observation (observe.c, issue 19): CUPTI callbacks -> the recorder ---- */
+
+typedef enum { RK_OBSERVE_OFF = 0, RK_OBSERVE_ON, RK_OBSERVE_AUTO } rk_observe_mode_t;
+
+/* RANKMEM_OBSERVE's words (auto, on, off) to a mode; -1 for anything else. */
+RK_MPI_HIDDEN int rk_observe_parse_mode(const char *text);
+/* Once, before PMPI_Init, right after the rank's device is chosen: starts
+ * the recorder (rk_obs_init with backtrace frames and max_blocks) and the
+ * CUPTI subscription as mode and have_gpu say, and sets the recorder's
+ * state: ON; OFF ("RANKMEM_OBSERVE=off", or auto without a GPU: the
+ * recorder is not started); UNAVAILABLE with why (mode on without a GPU,
+ * CUPTI absent or taken: the recorder runs, for explicit events). */
+RK_MPI_HIDDEN void rk_observe_start(int mode, int have_gpu, int backtrace, size_t max_blocks);
+/* 1 with the reason in why (cap bytes) when observation was wanted on
+ * this rank and does not run; else 0. */
+RK_MPI_HIDDEN int rk_observe_unavailable(char *why, size_t cap);
+/* After MPI_Init (the world rank is known): the notes that waited for it. */
+RK_MPI_HIDDEN void rk_observe_after_init(void);
+/* At MPI_Finalize, after the report read the recorder: unsubscribe from
+ * CUPTI, then rk_obs_fini. Idempotent. */
+RK_MPI_HIDDEN void rk_observe_stop(void);
+/* For the tests (built with cupti.h only): the CUPTI callback, called as
+ * CUPTI calls it (domain: CUpti_CallbackDomain; enter: API ENTER or EXIT;
+ * params: the call's *_params struct; retval: its cudaError_t/CUresult). */
+RK_MPI_HIDDEN void rk_observe_test_callback(int domain, unsigned cbid, int enter,
+                                            const void *params, const void *retval);
+
+/* ---- serving (intercept.c, issue 19): RANKMEM_INTERCEPT=cuda ---- */
+
+/* RANKMEM_INTERCEPT's words (none, cuda) to 0/1; -1 for anything else. */
+RK_MPI_HIDDEN int rk_icpt_parse_mode(const char *text);
+/* Before PMPI_Init: serve (1) or not (0). Finds the real CUDA entry points
+ * and rankmem's own code ranges. */
+RK_MPI_HIDDEN void rk_icpt_configure(int mode_cuda);
+/* Serving runs only while active: set at the end of MPI_Init, cleared at
+ * the start of MPI_Finalize. Frees of served blocks are served always. */
+RK_MPI_HIDDEN void rk_icpt_set_active(int active);
+RK_MPI_HIDDEN int rk_icpt_mode(void);
+/* > 0 while this thread is inside the interposer's call to CUDA's own
+ * cudaMalloc/cudaMallocAsync: a CUPTI runtime callback for one of those
+ * with it 0, while serving is on, came from a CUDA runtime the interposer
+ * cannot reach (linked statically). */
+extern __thread int rk_icpt_inside
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
+/* Blocks served and not yet freed; allocations served, and forwarded to
+ * CUDA by reason (RK_ICPT_*), for the verbose line at finalize. */
+RK_MPI_HIDDEN void rk_icpt_counters(uint64_t *live, uint64_t *served,
+                                    uint64_t forwarded[RK_ICPT_NREASONS]);
 
 /* ---- MPI_Alloc_mem (alloc_mem.c) ---- */
 

@@ -6,7 +6,11 @@
  * 20 ns and no system call, so two reads per call stay small next to even
  * the pool's bookkeeping. The sum is kept per thread (a plain add to the
  * thread's own slot, no lock-prefixed instruction on a line other threads
- * write) and added up when the report asks. */
+ * write) and added up when the report asks.
+ *
+ * It also marks, for observation (issue 19), that what the chain below
+ * allocates from CUDA is rankmem's own: rk_obs_internal_depth, a plain
+ * thread-local increment around the upstream call. */
 #define _GNU_SOURCE
 #include "plugin.h"
 
@@ -81,7 +85,9 @@ static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, si
 {
     rankmem_resource_t *up = mr->upstream;
     uint64_t t0 = rk_mpi_now_ns();
+    rk_obs_internal_depth++; /* what CUDA gives the chain is rankmem's own (observation) */
     rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
+    rk_obs_internal_depth--;
     add_ns(mr, rk_mpi_now_ns() - t0);
     if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
         rk_mpi_staging_forget(*ptr_p, bytes);
@@ -93,7 +99,9 @@ static rankmem_status_t timing_deallocate(rankmem_resource_t *mr, void *ptr, siz
 {
     rankmem_resource_t *up = mr->upstream;
     uint64_t t0 = rk_mpi_now_ns();
+    rk_obs_internal_depth++;
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+    rk_obs_internal_depth--;
     add_ns(mr, rk_mpi_now_ns() - t0);
     return st;
 }

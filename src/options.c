@@ -289,6 +289,8 @@ typedef struct {
 } option_def_t;
 
 static rankmem_status_t check_spec(const char *name, const char *value);
+static rankmem_status_t check_backtrace(const char *name, const char *value);
+static rankmem_status_t check_max_blocks(const char *name, const char *value);
 
 /* Later issues add their options here; rankmem-info -c and docs/configuration.md
  * list them all. */
@@ -332,6 +334,22 @@ static const option_def_t defs[] = {
      "(0: a sync per free)", NULL, NULL},
     {"RANKMEM_OMP_VERBOSE", RANKMEM_OPTION_BOOL, "0",
      "librankmem_omp: say why omp_init_allocator refused a trait set", NULL, NULL},
+    {"RANKMEM_OBSERVE", RANKMEM_OPTION_ENUM, "auto",
+     "the MPI plugin records every device, managed, pinned and VMM allocation of the process "
+     "through CUPTI (auto: when the rank has a GPU)", "auto|on|off", NULL},
+    {"RANKMEM_OBSERVE_BACKTRACE", RANKMEM_OPTION_INT, "8",
+     "frames of call site kept per observed allocation, 0 to 32 (0: no call sites)", NULL,
+     check_backtrace},
+    {"RANKMEM_OBSERVE_MAX_BLOCKS", RANKMEM_OPTION_SIZE, "1M",
+     "live blocks observation keeps per rank (a count: 1M is 1048576); more are counted, not kept",
+     NULL, check_max_blocks},
+    {"RANKMEM_INTERCEPT", RANKMEM_OPTION_ENUM, "none",
+     "the MPI plugin serves the program's cudaMalloc/cudaFree and cudaMallocAsync/cudaFreeAsync "
+     "from the rank's resource (cuda; needs the shared CUDA runtime) or not (none)",
+     "none|cuda", NULL},
+    {"RANKMEM_CUPTI_LIB", RANKMEM_OPTION_STRING, "",
+     "the libcupti file observation loads (empty: the loader's path, next to libcudart, "
+     "$CUDA_HOME, then the toolkit rankmem was built with)", NULL, NULL},
     {"RANKMEM_QUIET", RANKMEM_OPTION_BOOL, "0",
      "silence the notice printed when no GPU is found", NULL, NULL},
     {"RANKMEM_WARN_UNKNOWN", RANKMEM_OPTION_BOOL, "1",
@@ -511,6 +529,32 @@ static rankmem_status_t check_spec(const char *name, const char *value)
 {
     /* Parse without building: resources are made by whoever uses the option. */
     return rk_spec_check_named(name, value);
+}
+
+/* RK_OBS_MAX_FRAMES of mpi/recorder.h: the recorder keeps at most 32 frames. */
+#define OBSERVE_MAX_FRAMES 32
+
+static rankmem_status_t check_backtrace(const char *name, const char *value)
+{
+    long n = strtol(value, NULL, 10); /* the type's check has run: an integer */
+    if (n < 0 || n > OBSERVE_MAX_FRAMES)
+        return rk_error(RANKMEM_ERR_CONFIG, "%s: %ld is out of range: expected 0 to %d frames",
+                        name, n, OBSERVE_MAX_FRAMES);
+    return RANKMEM_SUCCESS;
+}
+
+/* A table of a billion blocks is tens of GiB per rank: certainly a typo. */
+#define OBSERVE_MAX_BLOCKS_LIMIT ((size_t)1 << 30)
+
+static rankmem_status_t check_max_blocks(const char *name, const char *value)
+{
+    size_t n = 0;
+    const char *why;
+    (void)rk_parse_size(value, strlen(value), 0, &n, &why); /* the type's check has run */
+    if (n == 0 || n > OBSERVE_MAX_BLOCKS_LIMIT)
+        return rk_error(RANKMEM_ERR_CONFIG, "%s: %zu is out of range: expected 1 to %zu blocks",
+                        name, n, OBSERVE_MAX_BLOCKS_LIMIT);
+    return RANKMEM_SUCCESS;
 }
 
 static rankmem_status_t lookup(const char *fn, const char *name, rankmem_option_type_t type,
