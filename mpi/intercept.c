@@ -207,7 +207,7 @@ static inline rk_icpt_route_t route(const void *ra, void **devPtr, size_t size,
 
 /* 0 with *devPtr set, or -1 (the resource refused: CUDA decides). */
 static int serve(rankmem_resource_t *mr, void **devPtr, size_t size, cudaStream_t stream,
-                 rk_obs_api_t api)
+                 rk_obs_api_t api, const void *ra)
 {
     void *p = NULL;
     if (rankmem_allocate_async(mr, size, SERVED_ALIGNMENT, (rankmem_stream_t)stream, &p) !=
@@ -222,7 +222,10 @@ static int serve(rankmem_resource_t *mr, void **devPtr, size_t size, cudaStream_
         rankmem_clear_error();
         return -1;
     }
-    rk_obs_alloc(RK_OBS_DEVICE, RK_OBS_SERVED, api, (uintptr_t)p, size);
+    /* The call site is the program's calling instruction, had for free: a
+     * backtrace would cost ten times the served pair. */
+    void *site = (void *)ra;
+    rk_obs_alloc_at(RK_OBS_DEVICE, RK_OBS_SERVED, api, (uintptr_t)p, size, &site, 1);
     __atomic_fetch_add(&n_served, 1, __ATOMIC_RELAXED);
     *devPtr = p;
     return 0;
@@ -291,7 +294,10 @@ static cudaError_t forward_malloc(rk_icpt_route_t why, const void *ra, void **de
     int ours = caller_is_rankmem(ra);
     rk_obs_internal_depth += ours;
     rk_icpt_inside++;
+    rk_obs_caller = ra;
+    rk_obs_caller_api = RK_OBS_API_CUDA_MALLOC;
     cudaError_t e = real.malloc(devPtr, size);
+    rk_obs_caller = NULL;
     rk_icpt_inside--;
     rk_obs_internal_depth -= ours;
     if (e == cudaSuccess && mode_cuda && (ours || rk_obs_internal_depth > 0))
@@ -309,7 +315,10 @@ static cudaError_t forward_malloc_async(rk_icpt_route_t why, const void *ra, mal
     int ours = caller_is_rankmem(ra);
     rk_obs_internal_depth += ours;
     rk_icpt_inside++;
+    rk_obs_caller = ra;
+    rk_obs_caller_api = RK_OBS_API_CUDA_MALLOC_ASYNC;
     cudaError_t e = fn(devPtr, size, stream);
+    rk_obs_caller = NULL;
     rk_icpt_inside--;
     rk_obs_internal_depth -= ours;
     if (e == cudaSuccess && mode_cuda && (ours || rk_obs_internal_depth > 0))
@@ -325,7 +334,7 @@ RK_MPI_EXPORT cudaError_t cudaMalloc(void **devPtr, size_t size)
     need_real();
     rankmem_resource_t *mr = NULL;
     rk_icpt_route_t r = route(ra, devPtr, size, &mr);
-    if (r == RK_ICPT_SERVE && serve(mr, devPtr, size, NULL, RK_OBS_API_CUDA_MALLOC) == 0)
+    if (r == RK_ICPT_SERVE && serve(mr, devPtr, size, NULL, RK_OBS_API_CUDA_MALLOC, ra) == 0)
         return cudaSuccess;
     return forward_malloc(r, ra, devPtr, size);
 }
@@ -351,7 +360,7 @@ RK_MPI_EXPORT cudaError_t cudaMallocAsync(void **devPtr, size_t size, cudaStream
     rankmem_resource_t *mr = NULL;
     rk_icpt_route_t r = route(ra, devPtr, size, &mr);
     if (r == RK_ICPT_SERVE &&
-        serve(mr, devPtr, size, stream, RK_OBS_API_CUDA_MALLOC_ASYNC) == 0)
+        serve(mr, devPtr, size, stream, RK_OBS_API_CUDA_MALLOC_ASYNC, ra) == 0)
         return cudaSuccess;
     return forward_malloc_async(r, ra, real.malloc_async, devPtr, size, stream);
 }
@@ -379,7 +388,7 @@ RK_MPI_EXPORT cudaError_t cudaMallocAsync_ptsz(void **devPtr, size_t size, cudaS
     rankmem_resource_t *mr = NULL;
     rk_icpt_route_t r = route(ra, devPtr, size, &mr);
     if (r == RK_ICPT_SERVE &&
-        serve(mr, devPtr, size, ptsz(stream), RK_OBS_API_CUDA_MALLOC_ASYNC) == 0)
+        serve(mr, devPtr, size, ptsz(stream), RK_OBS_API_CUDA_MALLOC_ASYNC, ra) == 0)
         return cudaSuccess;
     return forward_malloc_async(r, ra, real.malloc_async_ptsz, devPtr, size, stream);
 }

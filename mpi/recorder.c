@@ -23,6 +23,8 @@
 #include <time.h>
 
 __thread int rk_obs_internal_depth;
+__thread const void *rk_obs_caller;
+__thread int rk_obs_caller_api;
 
 static const char *const api_names[RK_OBS_NAPIS] = {
     [RK_OBS_API_OTHER] = "allocation",

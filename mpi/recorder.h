@@ -109,6 +109,14 @@ RK_MPI_HIDDEN void rk_obs_skip_objects(const char *substring);
  * it as RK_OBS_RANKMEM. Per thread. */
 RK_MPI_HIDDEN extern __thread int rk_obs_internal_depth;
 
+/* Set by rankmem's interposed runtime entry points (mpi/intercept.c) while
+ * they pass a call on to CUDA: the program's calling instruction and the
+ * API it called. A source that records the call without unwinding (the
+ * stream-ordered allocations, whose cost is too small to pay for a
+ * backtrace) takes its call site from here. NULL: no such caller. */
+RK_MPI_HIDDEN extern __thread const void *rk_obs_caller;
+RK_MPI_HIDDEN extern __thread int rk_obs_caller_api;
+
 /* An allocation of `bytes` at `ptr`. The call site is captured here
  * (backtrace, skipping the recorder's own frames and the objects named to
  * rk_obs_skip_objects) when backtrace_depth > 0 and src != RK_OBS_RANKMEM.

@@ -511,7 +511,10 @@ static void *pinned_alloc(size_t bytes)
         cudaSetDevice(stg_device);
     else
         prev = -1;
+    /* rankmem's own memory: observation must not count it as the program's */
+    rk_obs_internal_depth++;
     cudaError_t err = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+    rk_obs_internal_depth--;
     if (prev >= 0)
         cudaSetDevice(prev);
     if (err != cudaSuccess) {
