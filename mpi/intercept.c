@@ -65,7 +65,14 @@ int rk_icpt_parse_mode(const char *text)
 
 int rk_icpt_mode(void) { return mode_cuda; }
 
-void rk_icpt_set_active(int on) { __atomic_store_n(&active, on, __ATOMIC_RELEASE); }
+static void note_rank_context(void);
+
+void rk_icpt_set_active(int on)
+{
+    if (on && mode_cuda)
+        note_rank_context();
+    __atomic_store_n(&active, on, __ATOMIC_RELEASE);
+}
 
 void rk_icpt_counters(uint64_t *live, uint64_t *served, uint64_t forwarded[RK_ICPT_NREASONS])
 {
@@ -174,9 +181,35 @@ void rk_icpt_configure(int on)
 
 /* ---- the decision ---- */
 
+/* Whether the rank's device is current, asked of the driver: the calling
+ * thread's current context is one read of the driver's (no lock, unlike
+ * cudaGetDevice), and the rank's device is current exactly when that is its
+ * primary context. Taken when serving starts (the context exists by then:
+ * MPI_Init made the device current and the rank's resource used it). */
+typedef int (*ctx_get_fn)(void **);
+static ctx_get_fn ctx_get;
+static void *rank_ctx;
+
+static void note_rank_context(void)
+{
+    need_real();
+    if (rankmem_mpi_device() < 0 || !real.free)
+        return;
+    ctx_get = (ctx_get_fn)dlsym(RTLD_DEFAULT, "cuCtxGetCurrent");
+    void *c = NULL;
+    int d = -1;
+    /* cudaFree(NULL) makes sure the runtime's context is the current one */
+    if (ctx_get && real.free(NULL) == cudaSuccess && real.get_device &&
+        real.get_device(&d) == cudaSuccess && d == rankmem_mpi_device() && ctx_get(&c) == 0)
+        rank_ctx = c;
+}
+
 static int current_device(void *arg)
 {
     (void)arg;
+    void *c = NULL;
+    if (rank_ctx && ctx_get(&c) == 0 && c == rank_ctx)
+        return rankmem_mpi_device();
     int d = -1;
     if (!real.get_device || real.get_device(&d) != cudaSuccess)
         return -1;
@@ -443,6 +476,8 @@ RK_MPI_EXPORT cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t *handle, void *
 }
 
 #else /* !HAVE_CUDA: nothing to serve; nothing exported */
+
+static void note_rank_context(void) {}
 
 void rk_icpt_configure(int on)
 {
