@@ -195,7 +195,9 @@ static void note_rank_context(void)
     need_real();
     if (rankmem_mpi_device() < 0 || !real.free)
         return;
-    ctx_get = (ctx_get_fn)dlsym(RTLD_DEFAULT, "cuCtxGetCurrent");
+    /* the runtime loads the driver privately: not in the global scope */
+    void *driver = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+    ctx_get = driver ? (ctx_get_fn)dlsym(driver, "cuCtxGetCurrent") : NULL;
     void *c = NULL;
     int d = -1;
     /* cudaFree(NULL) makes sure the runtime's context is the current one */

@@ -23,6 +23,7 @@ typedef struct {
     char func[96];  /* function, or symbol+0xoff, or object+0xoff */
     char where[96]; /* file:line, or "" when unknown */
     int runtime;    /* a CUDA runtime/driver frame: not a site */
+    int libc;       /* the C library's start-up frames: no news, end of the list */
 } frame_text_t;
 
 #define CACHE 256
@@ -161,6 +162,8 @@ static void resolve(void *addr, frame_text_t *t)
         exe[n > 0 ? n : 0] = 0;
         obj = exe;
     }
+    if (obj && (strstr(obj, "/libc.so") || strstr(obj, "/ld-linux")))
+        t->libc = 1;
     uintptr_t off = a - (uintptr_t)di.dli_fbase;
     uintptr_t query = is_exe && exe_is_fixed() ? a : off;
     if (di.dli_sname && runtime_name(di.dli_sname))
@@ -230,7 +233,8 @@ const char *rk_obs_site_text(const rk_obs_site_t *site, char *buf, size_t cap)
         resolve_cached(site->frames[i], &ft[n]);
         if (n == 0 && ft[n].runtime)
             continue; /* the runtime's own frames before the program's */
-        if (n > 0 && (!strncmp(ft[n].func, "__libc_start", 12) || !strcmp(ft[n].func, "_start")))
+        if (n > 0 && (ft[n].libc || !strncmp(ft[n].func, "__libc_start", 12) ||
+                      !strcmp(ft[n].func, "_start")))
             break; /* the C library's start-up: no news */
         n++;
     }
