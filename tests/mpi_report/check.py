@@ -16,6 +16,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import taplib  # noqa: E402
+from taplib import ok, diag  # noqa: E402
 
 NP = 4
 MIB, KIB = 1 << 20, 1 << 10
@@ -25,38 +29,9 @@ builddir = os.environ.get("RKT_BUILDDIR", ".")
 mpirun = os.environ["MPIRUN"]
 prog = os.path.join(builddir, "tests", "mpi_report", "report_prog")
 
-count = 0
-failed = 0
 
 
-def ok(cond, name):
-    global count, failed
-    count += 1
-    if not cond:
-        failed += 1
-    print("%sok %d - %s" % ("" if cond else "not ", count, name), flush=True)
-    return cond
-
-
-def diag(text):
-    for line in str(text).splitlines():
-        print("# " + line)
-    sys.stdout.flush()
-
-
-def launcher_flags():
-    """--oversubscribe where the launcher is Open MPI's (4 ranks, 2 cores)."""
-    try:
-        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    if "Open MPI" in out or "OpenRTE" in out:
-        return ["--oversubscribe"]
-    return []
-
-
-FLAGS = launcher_flags()
+FLAGS = taplib.launcher_flags(mpirun)
 
 
 def base_env():
@@ -520,8 +495,8 @@ def tests(top):
                                 (NP - 1, {"RANKMEM_REPORT": "off"})])
     ok(rc == 0 and files_in(d) == ["m.txt"], "rank 0 on, the others off: rank 0's report")
 
-    print("1..%d" % count)
-    return 1 if failed else 0
+    print("1..%d" % taplib.count)
+    return 1 if taplib.failed else 0
 
 
 if __name__ == "__main__":

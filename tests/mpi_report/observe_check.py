@@ -15,6 +15,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import taplib  # noqa: E402
+from taplib import ok, diag  # noqa: E402
 
 NP = 4
 KIB, MIB = 1 << 10, 1 << 20
@@ -27,32 +31,6 @@ mpirun = os.environ["MPIRUN"]
 prog = os.path.join(builddir, "tests", "mpi_report", "observe_prog")
 source = os.path.join(srcdir, "tests", "mpi_report", "observe_prog.c")
 
-count = 0
-failed = 0
-
-
-def ok(cond, name):
-    global count, failed
-    count += 1
-    if not cond:
-        failed += 1
-    print("%sok %d - %s" % ("" if cond else "not ", count, name), flush=True)
-    return cond
-
-
-def diag(text):
-    for line in str(text).splitlines():
-        print("# " + line)
-    sys.stdout.flush()
-
-
-def launcher_flags():
-    try:
-        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    return ["--oversubscribe"] if ("Open MPI" in out or "OpenRTE" in out) else []
 
 
 def run(cwd, settings):
@@ -64,7 +42,7 @@ def run(cwd, settings):
                OMPI_MCA_btl_vader_single_copy_mechanism="none")
     asan = env.get("ASAN_OPTIONS")
     env["ASAN_OPTIONS"] = (asan + ":" if asan else "") + "detect_leaks=0:verify_asan_link_order=0"
-    cmd = [mpirun] + launcher_flags() + ["-np", str(NP), "env"] + \
+    cmd = [mpirun] + taplib.launcher_flags(mpirun) + ["-np", str(NP), "env"] + \
         ["%s=%s" % kv for kv in settings.items()] + [prog]
     p = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          stdin=subprocess.DEVNULL, text=True, start_new_session=True)
@@ -106,8 +84,8 @@ def main():
         tests(top)
     finally:
         shutil.rmtree(top, ignore_errors=True)
-    print("1..%d" % count, flush=True)
-    return 1 if failed else 0
+    print("1..%d" % taplib.count, flush=True)
+    return 1 if taplib.failed else 0
 
 
 def tests(top):
@@ -266,7 +244,7 @@ def tests(top):
             diag(p.stderr)
     else:
         ok(True, "# SKIP rankmem-report not built")
-    if failed:
+    if taplib.failed:
         diag(text[-4000:])
 
 

@@ -19,6 +19,10 @@ import sys
 import tempfile
 import xml.etree.ElementTree as ET
 from fractions import Fraction
+sys.dont_write_bytecode = True  # nothing written into the source tree
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+import taplib  # noqa: E402
+from taplib import ok, diag  # noqa: E402
 
 TOOL = os.environ["RANKMEM_REPORT_TOOL"]
 SRC = os.path.join(os.environ.get("RKT_SRCDIR", "."), "tests", "report_tool")
@@ -47,23 +51,6 @@ def value_of(rec, key):
         v = v[k]
     return v
 
-count = 0
-failed = 0
-
-
-def ok(cond, name):
-    global count, failed
-    count += 1
-    if not cond:
-        failed += 1
-    print("%sok %d - %s" % ("" if cond else "not ", count, name), flush=True)
-    return cond
-
-
-def diag(text):
-    for line in str(text).splitlines():
-        print("# " + line)
-    sys.stdout.flush()
 
 
 def run(*args, stdin=None):
@@ -862,10 +849,10 @@ def main():
     test_schema2()
     test_malformed()
     test_usage()
-    if count != PLAN:
-        diag("planned %d tests, ran %d" % (PLAN, count))
+    if taplib.count != PLAN:
+        diag("planned %d tests, ran %d" % (PLAN, taplib.count))
     shutil.rmtree(TMP, ignore_errors=True)
-    sys.exit(1 if failed or count != PLAN else 0)
+    sys.exit(1 if taplib.failed or taplib.count != PLAN else 0)
 
 
 if __name__ == "__main__":
