@@ -117,18 +117,27 @@ int rk_smap_insert(rk_smap_t *m, uintptr_t ptr, size_t bytes)
     return 0;
 }
 
-int rk_smap_remove(rk_smap_t *m, uintptr_t ptr, size_t *bytes_p)
+/* ptr's entry with its shard locked, or NULL with nothing locked. */
+static rk_smap_entry_t *lock_entry(rk_smap_t *m, uintptr_t ptr, rk_smap_shard_t **s_p)
 {
     if (ptr == KEY_EMPTY || ptr == KEY_DELETED)
-        return 0;
+        return NULL;
     uint64_t h = hash_ptr(ptr);
     rk_smap_shard_t *s = shard_of(m, h);
     lock(s);
     rk_smap_entry_t *e = lookup(s, ptr, h);
-    if (!e) {
+    if (!e)
         unlock(s);
+    *s_p = s;
+    return e;
+}
+
+int rk_smap_remove(rk_smap_t *m, uintptr_t ptr, size_t *bytes_p)
+{
+    rk_smap_shard_t *s;
+    rk_smap_entry_t *e = lock_entry(m, ptr, &s);
+    if (!e)
         return 0;
-    }
     if (bytes_p)
         *bytes_p = e->bytes;
     /* A tombstone, unless the next slot is empty: then no probe runs past
@@ -148,16 +157,14 @@ int rk_smap_remove(rk_smap_t *m, uintptr_t ptr, size_t *bytes_p)
 
 int rk_smap_find(rk_smap_t *m, uintptr_t ptr, size_t *bytes_p)
 {
-    if (ptr == KEY_EMPTY || ptr == KEY_DELETED)
+    rk_smap_shard_t *s;
+    rk_smap_entry_t *e = lock_entry(m, ptr, &s);
+    if (!e)
         return 0;
-    uint64_t h = hash_ptr(ptr);
-    rk_smap_shard_t *s = shard_of(m, h);
-    lock(s);
-    rk_smap_entry_t *e = lookup(s, ptr, h);
-    if (e && bytes_p)
+    if (bytes_p)
         *bytes_p = e->bytes;
     unlock(s);
-    return e != NULL;
+    return 1;
 }
 
 size_t rk_smap_count(const rk_smap_t *m) { return __atomic_load_n(&m->live, __ATOMIC_RELAXED); }
