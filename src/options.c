@@ -307,7 +307,8 @@ static const option_def_t defs[] = {
      "per-rank memory report at MPI_Finalize: off, stdout, stderr or a path template "
      "(%j job id, %p pid, %t time, %n ranks, %% a %)", NULL, NULL},
     {"RANKMEM_REPORT_FORMAT", RANKMEM_OPTION_LIST, "text",
-     "formats of the MPI report, comma-separated: text, json, csv", NULL, NULL},
+     "formats of the MPI report, comma-separated: text, json, csv, timeline (the timeline CSV)",
+     NULL, NULL},
     {"RANKMEM_STAGING", RANKMEM_OPTION_ENUM, "auto",
      "stage device buffers through pinned host memory for MPI (auto: when MPI is not CUDA-aware)",
      "auto|on|off", NULL},
