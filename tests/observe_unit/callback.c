@@ -10,16 +10,18 @@
 
 #include "../tap.h"
 
-#if HAVE_CUDA && HAVE_CUPTI_H
-#include <cupti.h>
-
-/* ---- what observe.c needs from the rest of the plugin ---- */
+/* ---- what observe.c needs from the rest of the plugin (in every build:
+ * without CUPTI it still says the static-runtime note) ---- */
 __thread int rk_icpt_inside;
 static int fake_icpt_mode;
 int rk_icpt_mode(void) { return fake_icpt_mode; }
 int rk_mpi_world_rank(void) { return 0; }
 void rk_mpi_warn(const char *fmt, ...) { (void)fmt; }
 void rk_mpi_verbose(const char *fmt, ...) { (void)fmt; }
+
+#if HAVE_CUDA && HAVE_CUPTI_H
+#include <cupti.h>
+
 
 #define RT CUPTI_CB_DOMAIN_RUNTIME_API
 #define DRV CUPTI_CB_DOMAIN_DRIVER_API
