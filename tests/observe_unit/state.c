@@ -194,8 +194,14 @@ int main(int argc, char **argv)
             found += strcmp(ph[i].name, "solve") == 0;
         mok(found == 1, "  the recorder has the phase \"solve\"");
     }
+#if HAVE_CUDA
     mok(rk_icpt_mode() == icpt, "RANKMEM_INTERCEPT=%s: serving %s", icpt ? "cuda" : "none",
         icpt ? "configured" : "off");
+#else
+    /* Nothing to serve without CUDA: the plugin says so and stays off. */
+    mok(rk_icpt_mode() == 0, "RANKMEM_INTERCEPT=%s without CUDA: serving off",
+        icpt ? "cuda" : "none");
+#endif
 #if HAVE_CUDA
     if (ndev == 0)
         no_gpu_checks(icpt);
