@@ -48,7 +48,7 @@ static rk_smap_t served_map; /* served pointer -> bytes */
  * served block would otherwise reach CUDA with the address of a chunk
  * (the first block of a chunk starts where the chunk does) and free the
  * chunk under the pool. */
-static rk_smap_t own_map;
+static rk_smap_t own_map __attribute__((unused)); /* used by the CUDA build only */
 static uint64_t n_served;    /* atomic */
 static uint64_t n_forwarded[RK_ICPT_NREASONS]; /* atomic; [RK_ICPT_SERVE]: the resource refused */
 

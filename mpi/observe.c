@@ -548,7 +548,7 @@ static void first_reason(const char *all, char *out, size_t cap)
     for (const char *s = all; (s = strstr(s, "; ")) != NULL; s += 2)
         more++;
     if (!semi)
-        snprintf(out, cap, "%s", all);
+        snprintf(out, cap, "%.*s", cap ? (int)cap - 1 : 0, all); /* cut to fit, knowingly */
     else
         snprintf(out, cap, "%.*s, and %d other place%s", (int)(semi - all), all, more,
                  more == 1 ? "" : "s");

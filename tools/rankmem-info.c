@@ -232,7 +232,7 @@ static void gather_mpi(info_t *in)
         /* kept loaded: CUPTI does not support being unloaded */
     } else {
         m->cupti[0] = '\0';
-        snprintf(m->cupti_why, sizeof m->cupti_why, "%s", cwhy);
+        snprintf(m->cupti_why, sizeof m->cupti_why, "%.*s", (int)sizeof m->cupti_why - 1, cwhy);
     }
 #if HAVE_CUPTI_H
     const int with_cupti = 1;
@@ -259,7 +259,8 @@ static void gather_mpi(info_t *in)
                      ? "but off (RANKMEM_OBSERVE=off)"
                      : "on for every allocation of the program, static or shared CUDA runtime");
     else
-        snprintf(m->observe, sizeof m->observe, "not possible here: %s", why);
+        snprintf(m->observe, sizeof m->observe, "not possible here: %.*s",
+                 (int)sizeof m->observe - 20, why);
 
     /* Serving: the plugin and a GPU; the program's own runtime must be the
      * shared one (its cudaMalloc is interposed). */
