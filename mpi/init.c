@@ -274,42 +274,21 @@ static int make_resource(const char *spec)
 
 /* ---- observation and serving options (issue 19) ---- */
 
+/* table_option has checked each value against the table (the words of an
+ * enum, the integer range, the size): what is left is to read it. */
 static void observe_options(void)
 {
     const char *v = table_option("RANKMEM_OBSERVE");
-    if (v) {
-        int m = rk_observe_parse_mode(v);
-        if (m < 0)
-            bad("RANKMEM_OBSERVE='%.48s': expected auto, on or off", v);
-        else
-            observe_mode = m;
-    }
-    if ((v = table_option("RANKMEM_OBSERVE_BACKTRACE")) != NULL) {
-        char *end;
-        long n = strtol(v, &end, 10);
-        if (end == v || *end || n < 0 || n > RK_OBS_MAX_FRAMES)
-            bad("RANKMEM_OBSERVE_BACKTRACE='%.48s': expected 0 to %d frames", v,
-                RK_OBS_MAX_FRAMES);
-        else
-            observe_backtrace = (int)n;
-    }
-    if ((v = table_option("RANKMEM_OBSERVE_MAX_BLOCKS")) != NULL) {
-        size_t n = 0;
-        if (rankmem_parse_size(v, 0, &n) != RANKMEM_SUCCESS || n == 0) {
-            rankmem_clear_error();
-            bad("RANKMEM_OBSERVE_MAX_BLOCKS='%.48s': expected a count of blocks (1M: 1048576)",
-                v);
-        } else {
-            observe_max_blocks = n;
-        }
-    }
-    if ((v = table_option("RANKMEM_INTERCEPT")) != NULL) {
-        int m = rk_icpt_parse_mode(v);
-        if (m < 0)
-            bad("RANKMEM_INTERCEPT='%.48s': expected none or cuda", v);
-        else
-            intercept_mode = m;
-    }
+    if (v && rk_observe_parse_mode(v) >= 0)
+        observe_mode = rk_observe_parse_mode(v);
+    if ((v = table_option("RANKMEM_OBSERVE_BACKTRACE")) != NULL)
+        observe_backtrace = (int)strtol(v, NULL, 10);
+    size_t n = 0;
+    if ((v = table_option("RANKMEM_OBSERVE_MAX_BLOCKS")) != NULL &&
+        rankmem_parse_size(v, 0, &n) == RANKMEM_SUCCESS)
+        observe_max_blocks = n;
+    if ((v = table_option("RANKMEM_INTERCEPT")) != NULL)
+        intercept_mode = rk_icpt_parse_mode(v) == 1;
 #if !HAVE_CUDA
     if (intercept_mode) {
         rk_mpi_warn("RANKMEM_INTERCEPT=cuda: rankmem was built without CUDA; nothing is served");

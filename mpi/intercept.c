@@ -38,7 +38,6 @@
 #include <stdio.h>
 #include <string.h>
 
-__thread int rk_icpt_inside __attribute__((tls_model("initial-exec")));
 
 static int mode_cuda;        /* RANKMEM_INTERCEPT=cuda (set before PMPI_Init) */
 static int active;           /* atomic: between MPI_Init's end and MPI_Finalize's start */
@@ -328,12 +327,10 @@ static cudaError_t forward_malloc(rk_icpt_route_t why, const void *ra, void **de
         return cudaErrorInitializationError; /* no CUDA runtime in the process */
     int ours = caller_is_rankmem(ra);
     rk_obs_internal_depth += ours;
-    rk_icpt_inside++;
     rk_obs_caller = ra;
     rk_obs_caller_api = RK_OBS_API_CUDA_MALLOC;
     cudaError_t e = real.malloc(devPtr, size);
     rk_obs_caller = NULL;
-    rk_icpt_inside--;
     rk_obs_internal_depth -= ours;
     if (e == cudaSuccess && mode_cuda && (ours || rk_obs_internal_depth > 0))
         (void)rk_smap_insert(&own_map, (uintptr_t)*devPtr, size); /* best effort */
@@ -349,12 +346,10 @@ static cudaError_t forward_malloc_async(rk_icpt_route_t why, const void *ra, mal
         return cudaErrorInitializationError;
     int ours = caller_is_rankmem(ra);
     rk_obs_internal_depth += ours;
-    rk_icpt_inside++;
     rk_obs_caller = ra;
     rk_obs_caller_api = RK_OBS_API_CUDA_MALLOC_ASYNC;
     cudaError_t e = fn(devPtr, size, stream);
     rk_obs_caller = NULL;
-    rk_icpt_inside--;
     rk_obs_internal_depth -= ours;
     if (e == cudaSuccess && mode_cuda && (ours || rk_obs_internal_depth > 0))
         (void)rk_smap_insert(&own_map, (uintptr_t)*devPtr, size);

@@ -254,7 +254,7 @@ static void runtime_enter(CUpti_CallbackId cbid, const void *params)
     case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_v11020:
     case CUPTI_RUNTIME_TRACE_CBID_cudaMallocAsync_ptsz_v11020:
-        if (rk_icpt_inside == 0 && rk_obs_internal_depth == 0 && rk_icpt_mode())
+        if (!rk_obs_caller && rk_obs_internal_depth == 0 && rk_icpt_mode())
             static_runtime_check();
         break;
     case CUPTI_RUNTIME_TRACE_CBID_cudaFree_v3020:

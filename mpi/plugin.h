@@ -21,6 +21,8 @@
  * spares a __tls_get_addr call per access. */
 extern __thread int rk_obs_internal_depth
     __attribute__((tls_model("initial-exec"), visibility("hidden")));
+extern __thread const void *rk_obs_caller
+    __attribute__((tls_model("initial-exec"), visibility("hidden")));
 
 /* The interposed MPI entry points are the only non-rankmem_* symbols the
  * library exports. */
@@ -154,12 +156,6 @@ RK_MPI_HIDDEN void rk_icpt_configure(int mode_cuda);
  * the start of MPI_Finalize. Frees of served blocks are served always. */
 RK_MPI_HIDDEN void rk_icpt_set_active(int active);
 RK_MPI_HIDDEN int rk_icpt_mode(void);
-/* > 0 while this thread is inside the interposer's call to CUDA's own
- * cudaMalloc/cudaMallocAsync: a CUPTI runtime callback for one of those
- * with it 0, while serving is on, came from a CUDA runtime the interposer
- * cannot reach (linked statically). */
-extern __thread int rk_icpt_inside
-    __attribute__((tls_model("initial-exec"), visibility("hidden")));
 /* Blocks served and not yet freed; allocations served, and forwarded to
  * CUDA by reason (RK_ICPT_*), for the verbose line at finalize. */
 RK_MPI_HIDDEN void rk_icpt_counters(uint64_t *live, uint64_t *served,

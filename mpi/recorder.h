@@ -113,7 +113,9 @@ RK_MPI_HIDDEN extern __thread int rk_obs_internal_depth;
  * they pass a call on to CUDA: the program's calling instruction and the
  * API it called. A source that records the call without unwinding (the
  * stream-ordered allocations, whose cost is too small to pay for a
- * backtrace) takes its call site from here. NULL: no such caller. */
+ * backtrace) takes its call site from here; a runtime cudaMalloc seen
+ * while it is NULL and serving is on did not pass through the interposer
+ * (a statically linked runtime). NULL: no such caller. */
 RK_MPI_HIDDEN extern __thread const void *rk_obs_caller;
 RK_MPI_HIDDEN extern __thread int rk_obs_caller_api;
 

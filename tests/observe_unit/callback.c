@@ -12,7 +12,6 @@
 
 /* ---- what observe.c needs from the rest of the plugin (in every build:
  * without CUPTI it still says the static-runtime note) ---- */
-__thread int rk_icpt_inside;
 static int fake_icpt_mode;
 int rk_icpt_mode(void) { return fake_icpt_mode; }
 int rk_mpi_world_rank(void) { return 0; }
