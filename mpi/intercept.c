@@ -33,7 +33,6 @@
 #include "plugin.h"
 
 #include <dlfcn.h>
-#include <link.h>
 #include <pthread.h>
 #include <stdio.h>
 #include <string.h>
@@ -87,38 +86,14 @@ void rk_icpt_counters(uint64_t *live, uint64_t *served, uint64_t forwarded[RK_IC
 /* ---- rankmem's own code: calls from there are never served ---- */
 
 #define MAX_RANGES 16
-static struct {
-    uintptr_t lo, hi;
-} ranges[MAX_RANGES];
+static rk_code_range_t ranges[MAX_RANGES];
 static int nranges;
 
-static int find_ours(struct dl_phdr_info *info, size_t size, void *data)
-{
-    (void)size;
-    (void)data;
-    const char *name = info->dlpi_name;
-    const char *base = name ? strrchr(name, '/') : NULL;
-    base = base ? base + 1 : name;
-    if (!base || strncmp(base, "librankmem", 10) != 0)
-        return 0;
-    for (int i = 0; i < info->dlpi_phnum && nranges < MAX_RANGES; i++) {
-        const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
-        if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
-            continue;
-        ranges[nranges].lo = info->dlpi_addr + ph->p_vaddr;
-        ranges[nranges].hi = ranges[nranges].lo + ph->p_memsz;
-        nranges++;
-    }
-    return 0;
-}
+static void find_ours(void) { rk_code_ranges("/librankmem", ranges, &nranges, MAX_RANGES); }
 
 static inline int caller_is_rankmem(const void *ra)
 {
-    uintptr_t pc = (uintptr_t)ra;
-    for (int i = 0; i < nranges; i++)
-        if (pc >= ranges[i].lo && pc < ranges[i].hi)
-            return 1;
-    return 0;
+    return rk_in_ranges(ranges, nranges, (uintptr_t)ra);
 }
 
 #if HAVE_CUDA
@@ -167,7 +142,7 @@ static void resolve(void)
     real.stream_destroy = (stream_destroy_fn)dlsym(RTLD_NEXT, "cudaStreamDestroy");
     real.set_device = (set_device_fn)dlsym(RTLD_NEXT, "cudaSetDevice");
     if (!nranges)
-        dl_iterate_phdr(find_ours, NULL);
+        find_ours();
 }
 
 static inline void need_real(void) { pthread_once(&real_once, resolve); }
@@ -480,7 +455,7 @@ void rk_icpt_configure(int on)
 {
     mode_cuda = on;
     if (!nranges)
-        dl_iterate_phdr(find_ours, NULL);
+        find_ours();
 }
 
 #endif

@@ -75,10 +75,6 @@ typedef struct {
     void **frames;       /* nframes, in the frame store */
 } site_t;
 
-typedef struct {
-    uintptr_t lo, hi;
-} range_t;
-
 #define MAX_SKIP 32
 
 static struct {
@@ -115,7 +111,7 @@ static struct {
 static rk_obs_state_t obs_state;
 static char obs_why[200];
 
-static range_t skip[MAX_SKIP];
+static rk_code_range_t skip[MAX_SKIP];
 static int nskip;
 
 static uint64_t mono_ns(void)
@@ -255,33 +251,39 @@ rk_obs_state_t rk_obs_get_state(const char **why_p)
 
 typedef struct {
     const char *sub;
-} skip_arg_t;
+    rk_code_range_t *out;
+    int *n, max;
+} ranges_arg_t;
 
-static int add_skip(struct dl_phdr_info *info, size_t size, void *arg)
+static int add_ranges(struct dl_phdr_info *info, size_t size, void *arg)
 {
     (void)size;
-    const skip_arg_t *a = arg;
+    const ranges_arg_t *a = arg;
     if (!info->dlpi_name || !strstr(info->dlpi_name, a->sub))
         return 0;
-    for (int i = 0; i < info->dlpi_phnum && nskip < MAX_SKIP; i++) {
+    for (int i = 0; i < info->dlpi_phnum && *a->n < a->max; i++) {
         const ElfW(Phdr) *ph = &info->dlpi_phdr[i];
         if (ph->p_type != PT_LOAD || !(ph->p_flags & PF_X))
             continue;
         uintptr_t lo = (uintptr_t)info->dlpi_addr + ph->p_vaddr;
-        skip[nskip].lo = lo;
-        skip[nskip].hi = lo + ph->p_memsz;
-        nskip++;
+        a->out[*a->n] = (rk_code_range_t){lo, lo + ph->p_memsz};
+        (*a->n)++;
     }
     return 0;
 }
 
+void rk_code_ranges(const char *substring, rk_code_range_t *out, int *n, int max)
+{
+    if (!substring || !*substring || !out || !n)
+        return;
+    ranges_arg_t a = {substring, out, n, max};
+    dl_iterate_phdr(add_ranges, &a);
+}
+
 void rk_obs_skip_objects(const char *substring)
 {
-    if (!substring || !*substring)
-        return;
-    skip_arg_t a = {substring};
     pthread_mutex_lock(&R.lock);
-    dl_iterate_phdr(add_skip, &a);
+    rk_code_ranges(substring, skip, &nskip, MAX_SKIP);
     pthread_mutex_unlock(&R.lock);
 }
 
@@ -472,13 +474,7 @@ static uint32_t site_of(int api, int kind, int src, void *const *frames, int n)
     return id;
 }
 
-static int skipped(uintptr_t a)
-{
-    for (int i = 0; i < nskip; i++)
-        if (a >= skip[i].lo && a < skip[i].hi)
-            return 1;
-    return 0;
-}
+static int skipped(uintptr_t a) { return rk_in_ranges(skip, nskip, a); }
 
 /* The caller's frames from `from` (rk_obs_alloc's return address) on,
  * without frames in skipped objects: what comes before it is the recorder's

@@ -102,6 +102,22 @@ RK_MPI_HIDDEN rk_obs_state_t rk_obs_get_state(const char **why_p);
  * feeding; the objects are looked up when called (dl_iterate_phdr). */
 RK_MPI_HIDDEN void rk_obs_skip_objects(const char *substring);
 
+/* The executable ranges [lo, hi) of the loaded objects whose path contains
+ * `substring`, appended to out[*n..max); *n grows. For the recorder's
+ * skipped frames and the interposer's "is the caller rankmem" test. */
+typedef struct rk_code_range {
+    uintptr_t lo, hi;
+} rk_code_range_t;
+RK_MPI_HIDDEN void rk_code_ranges(const char *substring, rk_code_range_t *out, int *n, int max);
+/* Whether pc lies in one of ranges[0..n). */
+static inline int rk_in_ranges(const rk_code_range_t *ranges, int n, uintptr_t pc)
+{
+    for (int i = 0; i < n; i++)
+        if (pc >= ranges[i].lo && pc < ranges[i].hi)
+            return 1;
+    return 0;
+}
+
 /* ---- feeding ---- */
 
 /* Set while rankmem's own code allocates from CUDA (the rank chain's timing
