@@ -10,8 +10,15 @@
  * window is 64 messages, fewer above 1 MiB so that a window stays within
  * 64 MiB. Latency: ping-pong with MPI_Send/MPI_Recv, half the round trip.
  *
- *   D-D rankmem  device buffers handed to MPI; the plugin stages them
+ *   D-D rankmem  device buffers (cudaMalloc) handed to MPI: the plugin
+ *                copies them through CUDA IPC between ranks of a node when
+ *                it can (RANKMEM_STAGING_IPC), else stages them
+ *   D-D staged   the same from cudaMallocAsync memory, which CUDA IPC cannot
+ *                export: the plugin stages it through pinned memory
  *   D-D naive    cudaMemcpy to pageable host memory, MPI, cudaMemcpy back
+ *   D2D copy     cudaMemcpyAsync from rank 0's buffer to another on rank 1's
+ *                device (cudaMemcpyPeerAsync when that is another device):
+ *                what one copy through IPC can reach
  *   H-H          pageable host buffers, plain MPI
  *   pinned copy  cudaMemcpyAsync between the device and pinned memory */
 #define _GNU_SOURCE
@@ -36,7 +43,8 @@ static size_t max_window_bytes = (size_t)64 << 20;
         }                                                                                         \
     } while (0)
 
-enum { M_RANKMEM, M_NAIVE, M_HOST };
+enum { M_RANKMEM, M_NAIVE, M_HOST, M_STAGED };
+static char *sdev; /* cudaMallocAsync memory: never exported, always staged */
 
 static int window_for(size_t n)
 {
@@ -62,15 +70,17 @@ static void window(int m, size_t n, int w, char *dev, char *host)
                 CK(cudaMemcpy(host + (size_t)i * n, dev, n, cudaMemcpyDeviceToHost));
                 MPI_Isend(host + (size_t)i * n, (int)n, MPI_BYTE, 1, 1, MPI_COMM_WORLD, &req[i]);
             } else {
-                MPI_Isend(m == M_HOST ? host : dev, (int)n, MPI_BYTE, 1, 1, MPI_COMM_WORLD,
-                          &req[i]);
+                MPI_Isend(m == M_HOST ? host : m == M_STAGED ? sdev : dev, (int)n, MPI_BYTE, 1, 1,
+                          MPI_COMM_WORLD, &req[i]);
             }
         }
         MPI_Waitall(w, req, MPI_STATUSES_IGNORE);
         MPI_Recv(&ack, 1, MPI_INT, 1, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
     } else {
         for (int i = 0; i < w; i++) {
-            char *dst = m == M_RANKMEM ? dev : host + (m == M_NAIVE ? (size_t)i * n : 0);
+            char *dst = m == M_RANKMEM ? dev
+                        : m == M_STAGED ? sdev
+                                        : host + (m == M_NAIVE ? (size_t)i * n : 0);
             MPI_Irecv(dst, (int)n, MPI_BYTE, 0, 1, MPI_COMM_WORLD, &req[i]);
         }
         MPI_Waitall(w, req, MPI_STATUSES_IGNORE);
@@ -105,7 +115,7 @@ static double latency(int m, size_t n, char *dev, char *host)
             MPI_Barrier(MPI_COMM_WORLD);
             t0 = MPI_Wtime();
         }
-        char *buf = m == M_HOST ? host : dev;
+        char *buf = m == M_HOST ? host : m == M_STAGED ? sdev : dev;
         int peer = 1 - me;
         for (int leg = 0; leg < 2; leg++) {
             if ((leg == 0) == (me == 0)) {
@@ -166,6 +176,38 @@ static void pinned_copy(size_t n, char *dev, char *pinned, cudaStream_t s, doubl
         *one_us = v[2];
 }
 
+/* Rank 0's device-to-device copy bandwidth to a buffer on rank 1's device
+ * (GB/s; 0 when peer access is refused). */
+static double dcopy_bw(size_t n, char *dev, int mydev, int peerdev, char *other, cudaStream_t s)
+{
+    double v = 0;
+    if (me == 0) {
+        cudaEvent_t a, b;
+        CK(cudaEventCreate(&a));
+        CK(cudaEventCreate(&b));
+        int reps = n >= ((size_t)64 << 20) ? 5 : n >= ((size_t)1 << 20) ? 20 : 200;
+        cudaError_t e = cudaSuccess;
+        CK(cudaEventRecord(a, s));
+        for (int i = 0; i < reps + 1 && e == cudaSuccess; i++) {
+            if (i == 1)
+                CK(cudaEventRecord(a, s));
+            e = mydev == peerdev ? cudaMemcpyAsync(other, dev, n, cudaMemcpyDeviceToDevice, s)
+                                 : cudaMemcpyPeerAsync(other, peerdev, dev, mydev, n, s);
+        }
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms = 0;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        if (e == cudaSuccess && ms > 0)
+            v = (double)n * reps / (ms * 1e-3) * 1e-9;
+        (void)cudaGetLastError();
+        cudaEventDestroy(a);
+        cudaEventDestroy(b);
+    }
+    MPI_Bcast(&v, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return v;
+}
+
 static void human(size_t n, char *buf, size_t len)
 {
     if (n >= ((size_t)1 << 20))
@@ -224,6 +266,22 @@ int main(int argc, char **argv)
     CK(cudaMalloc((void **)&dev, hi));
     CK(cudaHostAlloc((void **)&pinned, hi, cudaHostAllocDefault));
     CK(cudaMemset(dev, 1, hi));
+    CK(cudaMallocAsync((void **)&sdev, hi, 0));
+    CK(cudaMemsetAsync(sdev, 1, hi, 0));
+    CK(cudaDeviceSynchronize());
+    /* Rank 0's target for the D2D copy column, on rank 1's device. */
+    MPI_Bcast(devs, 2, MPI_INT, 0, MPI_COMM_WORLD);
+    int peerdev = devs[1];
+    char *other = NULL;
+    if (me == 0) {
+        if (peerdev != devnum) {
+            CK(cudaSetDevice(peerdev));
+            CK(cudaMalloc((void **)&other, hi));
+            CK(cudaSetDevice(devnum));
+        } else {
+            CK(cudaMalloc((void **)&other, hi));
+        }
+    }
     memset(host, 2, hostsz);
     cudaStream_t s;
     CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
@@ -239,36 +297,38 @@ int main(int argc, char **argv)
         if (sc)
             printf("- OMPI_MCA_btl_vader_single_copy_mechanism=%s\n", sc);
         printf("- bandwidth: windows of up to 64 MPI_Isend (at most 64 MiB a window); one run\n\n");
-        printf("| size | D-D rankmem GB/s | D-D naive GB/s | H-H MPI GB/s | pinned D2H GB/s | "
-               "pinned H2D GB/s | rankmem / naive | rankmem / min(copy, H-H) |\n");
-        printf("|---:|---:|---:|---:|---:|---:|---:|---:|\n");
+        printf("| size | D-D rankmem GB/s | D-D staged GB/s | D-D naive GB/s | H-H MPI GB/s | "
+               "pinned D2H GB/s | pinned H2D GB/s | D2D copy GB/s | rankmem / staged | "
+               "rankmem / D2D copy |\n");
+        printf("|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n");
         fflush(stdout);
     }
     for (size_t n = lo; n <= hi; n *= quick ? 4 : 2) {
         double r = bandwidth(M_RANKMEM, n, dev, host);
+        double g = bandwidth(M_STAGED, n, dev, host);
         double v = bandwidth(M_NAIVE, n, dev, host);
         double h = bandwidth(M_HOST, n, dev, host);
         double d2h, h2d;
         pinned_copy(n, dev, pinned, s, &d2h, &h2d, NULL);
-        double cap = d2h < h2d ? d2h : h2d;
-        cap = cap < h ? cap : h;
+        double dc = dcopy_bw(n, dev, devnum, peerdev, other, s);
         if (me == 0) {
             char sz[32];
             human(n, sz, sizeof sz);
-            printf("| %s | %.2f | %.2f | %.2f | %.1f | %.1f | %.2fx | %.0f%% |\n", sz, r, v, h, d2h,
-                   h2d, r / v, 100.0 * r / cap);
+            printf("| %s | %.2f | %.2f | %.2f | %.2f | %.1f | %.1f | %.1f | %.2fx | %.0f%% |\n", sz,
+                   r, g, v, h, d2h, h2d, dc, r / g, dc > 0 ? 100.0 * r / dc : 0.0);
             fflush(stdout);
         }
     }
     if (me == 0) {
-        printf("\n| size | D-D rankmem us | D-D naive us | H-H us | one pinned copy us | "
-               "H-H + 2 copies us |\n");
-        printf("|---:|---:|---:|---:|---:|---:|\n");
+        printf("\n| size | D-D rankmem us | D-D staged us | D-D naive us | H-H us | "
+               "one pinned copy us | H-H + 2 copies us |\n");
+        printf("|---:|---:|---:|---:|---:|---:|---:|\n");
     }
     size_t lat[] = {1, 8, 64, 512, 4096, 32768, 262144};
     for (size_t i = 0; i < sizeof lat / sizeof lat[0]; i++) {
         size_t n = lat[i];
         double r = latency(M_RANKMEM, n, dev, host);
+        double g = latency(M_STAGED, n, dev, host);
         double v = latency(M_NAIVE, n, dev, host);
         double h = latency(M_HOST, n, dev, host);
         double d2h, h2d, one;
@@ -276,12 +336,16 @@ int main(int argc, char **argv)
         if (me == 0) {
             char sz[32];
             human(n, sz, sizeof sz);
-            printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f |\n", sz, r, v, h, one, h + 2 * one);
+            printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", sz, r, g, v, h, one,
+                   h + 2 * one);
             fflush(stdout);
         }
     }
     cudaStreamDestroy(s);
     cudaFree(dev);
+    cudaFreeAsync(sdev, 0);
+    if (other)
+        cudaFree(other);
     cudaFreeHost(pinned);
     free(host);
     MPI_Finalize();

@@ -24,6 +24,7 @@
  * its copies through src/gpu_api.h's names; the caching rules are the same. */
 #define _GNU_SOURCE
 #include "staging_internal.h"
+#include "staging_ipc.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -110,6 +111,13 @@ void rk_stg_fake_device(void *base, size_t bytes)
     fake = 1;
     fake_base = base;
     fake_bytes = bytes;
+}
+
+int rk_stg_fake_region(char **base, size_t *bytes)
+{
+    *base = fake_base;
+    *bytes = fake_bytes;
+    return fake;
 }
 
 /* ---- detection ---- */
@@ -373,6 +381,90 @@ static cudaEvent_t ev_get(void)
 }
 #endif
 
+/* ---- small host-to-device copies on a shared GPU ----
+ *
+ * Two ranks on one GPU without MPS (the H100 machine here, 2026-11-25): a
+ * host-to-device copy under 32 KiB from pinned memory, and any
+ * device-to-device copy, runs where the GPU switches between the two
+ * processes' contexts, about 145 us a switch, while device-to-host copies
+ * and host-to-device copies from 32 KiB take the copy engines and switch in
+ * microseconds. A device message under 32 KiB paid one such switch per
+ * hop: 152 us. Two ways around it, measured there: up to 128 bytes in
+ * words of 4 or 8 bytes, the stream writes the values itself
+ * (cuStreamBatchMemOp: 7 us for 8 B, 11 us for 64 B, 0.7 us a word); from
+ * 4 KiB, a 32 KiB copy into scratch memory queued first takes the copy
+ * engine's path for the copy behind it (12 us at 4 KiB). Only when another
+ * rank of the node uses this GPU (rk_stg_shared_gpu); with a GPU of its
+ * own a rank copies as before. */
+int rk_stg_shared_gpu;
+#if HAVE_GPU && !HAVE_HIP
+#include <cuda.h>
+#define SMALL_WRITES_MAX 128
+#define WARM_BYTES 32768
+typedef CUresult (*cu_batch_fn)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
+static cu_batch_fn cu_batch;
+static int small_state; /* 0 not yet, 1 ready, -1 unavailable */
+static void *warm_dev, *warm_host;
+
+static int small_ready(void)
+{
+    int st = __atomic_load_n(&small_state, __ATOMIC_ACQUIRE);
+    if (st != 0)
+        return st > 0;
+    pthread_mutex_lock(&cu_lock);
+    if (small_state == 0) {
+        void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+        cu_batch = h ? (cu_batch_fn)(uintptr_t)dlsym(h, "cuStreamBatchMemOp_v2") : NULL;
+        int ok = cudaMalloc(&warm_dev, WARM_BYTES) == cudaSuccess;
+        ok = ok && cudaMallocHost(&warm_host, WARM_BYTES) == cudaSuccess;
+        if (!ok)
+            (void)cudaGetLastError();
+        __atomic_store_n(&small_state, ok ? 1 : -1, __ATOMIC_RELEASE);
+    }
+    pthread_mutex_unlock(&cu_lock);
+    return small_state > 0;
+}
+
+/* Queue the small copy (the caller made the device current). 0 done, 1
+ * not taken (copy as usual), or a CUDA error. */
+static cudaError_t small_h2d(void *dst, const void *src, size_t n, cudaStream_t s, int *taken)
+{
+    *taken = 0;
+    if (n >= WARM_BYTES || !small_ready())
+        return cudaSuccess;
+    uintptr_t d = (uintptr_t)dst;
+    if (cu_batch && n <= SMALL_WRITES_MAX && d % 4 == 0 && n % 4 == 0) {
+        CUstreamBatchMemOpParams ops[SMALL_WRITES_MAX / 4];
+        unsigned k = 0;
+        for (size_t off = 0; off < n; k++) {
+            memset(&ops[k], 0, sizeof ops[k]);
+            ops[k].writeValue.address = (CUdeviceptr)(d + off);
+            if ((d + off) % 8 == 0 && n - off >= 8) {
+                ops[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_64;
+                memcpy(&ops[k].writeValue.value64, (const char *)src + off, 8);
+                off += 8;
+            } else {
+                ops[k].writeValue.operation = CU_STREAM_MEM_OP_WRITE_VALUE_32;
+                memcpy(&ops[k].writeValue.value, (const char *)src + off, 4);
+                off += 4;
+            }
+        }
+        if (cu_batch((CUstream)s, k, ops, 0) == CUDA_SUCCESS) {
+            *taken = 1;
+            return cudaSuccess;
+        }
+        /* Refused (a driver without these operations): copy as usual. */
+        return cudaSuccess;
+    }
+    if (n >= 4096) {
+        cudaError_t e = cudaMemcpyAsync(warm_dev, warm_host, WARM_BYTES, cudaMemcpyHostToDevice, s);
+        if (e != cudaSuccess)
+            return e;
+    }
+    return cudaSuccess;
+}
+#endif
+
 /* The test backend's copies are done on return: its events are this. */
 static char fake_event;
 
@@ -400,18 +492,24 @@ static int copy_on_stream(void *dst, const void *src, size_t n, int dir, void **
         cudaSetDevice(stg_device);
     else
         prev = -1;
-    int rc = 0;
-    cudaError_t err = n ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, streams[dir])
-                        : cudaSuccess;
+    cudaStream_t st = streams[dir == RK_STG_D2H ? 0 : 1]; /* device-to-device: the H2D stream */
+    int rc = 0, taken = 0;
+    cudaError_t err = cudaSuccess;
+#if !HAVE_HIP
+    if (dir == RK_STG_H2D && rk_stg_shared_gpu && n)
+        err = small_h2d(dst, src, n, st, &taken);
+#endif
+    if (err == cudaSuccess && n && !taken)
+        err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st);
     if (err == cudaSuccess && wait)
-        err = cudaStreamSynchronize(streams[dir]);
+        err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
         rc = cu_fail(dir == RK_STG_D2H ? "device-to-host copy" : "host-to-device copy", err);
     } else if (ev_p) {
         cudaEvent_t ev = ev_get();
         if (!ev)
             rc = -1;
-        else if ((err = cudaEventRecord(ev, streams[dir])) != cudaSuccess)
+        else if ((err = cudaEventRecord(ev, st)) != cudaSuccess)
             rc = cu_fail("cudaEventRecord", err), rk_stg_event_put(ev);
         else
             *ev_p = ev;
@@ -789,6 +887,27 @@ void rk_mpi_staging_init(void)
     if (!why[0] && pool_bytes / chunk_bytes > 65536)
         snprintf(why, sizeof why,
                  "RANKMEM_STAGING_POOL / RANKMEM_STAGING_CHUNK is over 65536 chunks");
+    int ipc_mode = 0, ipc_cache = 0; /* RANKMEM_STAGING_IPC: 0 auto, 1 on, 2 off */
+    const char *iv = option("RANKMEM_STAGING_IPC");
+    if (!why[0] && iv && strcmp(iv, "auto") != 0) {
+        if (strcmp(iv, "on") == 0)
+            ipc_mode = 1;
+        else if (strcmp(iv, "off") == 0)
+            ipc_mode = 2;
+        else
+            snprintf(why, sizeof why, "RANKMEM_STAGING_IPC='%.40s': expected auto, on or off", iv);
+    }
+    const char *cv = option("RANKMEM_STAGING_IPC_CACHE");
+    if (!why[0] && cv && *cv) {
+        char *end = NULL;
+        long n = strtol(cv, &end, 10);
+        if (!end || *end || end == cv || n < 1 || n > 65536)
+            snprintf(why, sizeof why,
+                     "RANKMEM_STAGING_IPC_CACHE='%.40s': expected a count of mappings, 1 to 65536",
+                     cv);
+        else
+            ipc_cache = (int)n;
+    }
     const char *rv = option("RANKMEM_STAGING_RING");
     if (!why[0] && rv && rankmem_parse_bool(rv, &ring_wanted) != RANKMEM_SUCCESS) {
         rankmem_clear_error();
@@ -855,6 +974,7 @@ void rk_mpi_staging_init(void)
         if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag &&
             ub && *ub > 0)
             tag_ub = *ub;
+        rk_ipc_init(ipc_mode, ipc_cache, rk_stg_on);
     }
     rk_mpi_verbose("staging: %s (RANKMEM_STAGING=%s; MPI %s" RK_STG_AWARE " by %s%s%s); %d of the "
                    "job's ranks stage; pool %zu MiB in chunks of %zu KiB",
@@ -899,6 +1019,7 @@ void rk_mpi_staging_finalize(void)
     if (!rk_stg_active)
         return;
     rk_stg_p2p_finalize();
+    rk_ipc_finalize();
     progress_hook(0);
     pthread_mutex_lock(&pool_lock);
     int busy = 0;

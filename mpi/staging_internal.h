@@ -126,6 +126,7 @@ static inline int rk_stg_is_device(const void *p)
 
 #define RK_STG_D2H 0
 #define RK_STG_H2D 1
+#define RK_STG_D2D 2 /* a peer's memory mapped through CUDA IPC to ours */
 
 /* Queue a copy of n bytes on the direction's stream and, when ev_p is not
  * NULL, an event after it (*ev_p). 0, or -1 (message printed). */
@@ -138,6 +139,10 @@ RK_MPI_HIDDEN int rk_stg_event_wait(void *ev);
 RK_MPI_HIDDEN void rk_stg_event_put(void *ev);
 /* Copy and wait. 0 or -1. */
 RK_MPI_HIDDEN int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir);
+/* Another rank of this node uses this rank's GPU (set at init by
+ * staging_ipc.c). Then small host-to-device copies avoid the path on which
+ * the GPU switches between the two processes' contexts (staging.c). */
+RK_MPI_HIDDEN extern int rk_stg_shared_gpu;
 
 /* ---- host memory for staging (staging.c) ---- */
 
@@ -217,5 +222,7 @@ static inline int rk_stg_big_recv(int count, MPI_Datatype dt)
 /* The test backend (tests/mpi_staging): a host region that detection calls
  * device, and memcpy for copies. Before MPI_Init. */
 RK_MPI_HIDDEN void rk_stg_fake_device(void *base, size_t bytes);
+/* 1 and the region when the test backend runs, else 0. */
+RK_MPI_HIDDEN int rk_stg_fake_region(char **base, size_t *bytes);
 
 #endif

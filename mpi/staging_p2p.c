@@ -25,6 +25,7 @@
  * the sender of a header waits for us to post the segments' receives. */
 #define _GNU_SOURCE
 #include "staging_internal.h"
+#include "staging_ipc.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -46,6 +47,13 @@ typedef struct {
     int32_t id;     /* tag of the segments on the plugin's communicator */
 } hdr_t;
 _Static_assert(sizeof(hdr_t) == RK_STG_HDR_BYTES, "header size");
+
+/* hdr.seg of a message whose data the receiver copies itself through CUDA
+ * IPC (staging_ipc.h): after the header, the sender's descriptor comes on
+ * the plugin's communicator (tag id); the receiver answers there with one
+ * int, ACK_*, once it has the data (or cannot). */
+#define SEG_IPC 0xFFFFFFFFu
+enum { ACK_DONE = 0, ACK_SEND_DATA = 1, ACK_NONE = 2 };
 
 static int is_header(const void *p, hdr_t *h)
 {
@@ -184,7 +192,7 @@ static int pending_now(void) { return atomic_load_explicit(&rk_stg_pending, memo
 /* ---- the request table ---- */
 
 enum { K_SEND = 1, K_RECV };
-enum { S_FIRST = 1, S_SEGS, S_COPY, S_DONE };
+enum { S_FIRST = 1, S_SEGS, S_COPY, S_DONE, S_IPC, S_IPC_ACK, S_IPC_DATA };
 
 typedef struct req {
     struct req *hnext;         /* table chain */
@@ -222,6 +230,15 @@ typedef struct req {
     int ndone;                    /* segments finished */
     int nslots;                   /* slots in use */
     struct req *anext, *aprev;    /* active ring list */
+    /* CUDA IPC: the descriptor (sent, or received), the answer (sent, or
+     * received; -1 once a sender has posted the data after ACK_SEND_DATA),
+     * and the peer's buffer while the receiver's copy runs. */
+    int ipc, ack;
+    rk_ipc_desc_t desc;
+    void *mapped;
+    int inl;                   /* in ilist */
+    int no_ipc;                /* a send whose data must be copied out at once */
+    struct req *inext, *iprev; /* IPC receives with work left */
     struct {
         int seg;           /* segment in the slot, -1 when free */
         int state;         /* R_* */
@@ -521,11 +538,48 @@ static int ring_advance(req_t *r)
 
 static int advance_locked(req_t *r);
 
-/* Advance every ring request (each may leave the list). Under eng. */
+/* Nonblocking IPC receives between their header and their answer: the
+ * sender waits for the answer, so they advance wherever rings do (counted
+ * in rk_stg_rings, so that MPI's progress engine calls us). Under eng. */
+static req_t *ilist;
+
+static void ilist_add(req_t *r)
+{
+    if (r->inl)
+        return;
+    r->iprev = NULL;
+    r->inext = ilist;
+    if (ilist)
+        ilist->iprev = r;
+    ilist = r;
+    r->inl = 1;
+    atomic_fetch_add(&rk_stg_rings, 1);
+}
+
+static void ilist_del(req_t *r)
+{
+    if (!r->inl)
+        return;
+    if (r->iprev)
+        r->iprev->inext = r->inext;
+    else
+        ilist = r->inext;
+    if (r->inext)
+        r->inext->iprev = r->iprev;
+    r->inl = 0;
+    atomic_fetch_sub(&rk_stg_rings, 1);
+}
+
+/* Advance every ring request and IPC receive (each may leave its list).
+ * Under eng. */
 static void alist_advance(void)
 {
     for (req_t *r = alist, *next; r; r = next) {
         next = r->anext;
+        advance_locked(r);
+    }
+    for (req_t *r = ilist, *next; r; r = next) {
+        next = r->inext;
         advance_locked(r);
     }
 }
@@ -660,6 +714,9 @@ static int first_bytes(void *base, int count, MPI_Datatype dt, const rk_stg_layo
     return yes;
 }
 
+static void ipc_recv_start(req_t *r, int src);
+static void ipc_recv_advance(req_t *r);
+
 /* The first message of a staged nonblocking receive has come (status *st).
  * Under eng. */
 static void on_first(req_t *r, const MPI_Status *st)
@@ -678,8 +735,12 @@ static void on_first(req_t *r, const MPI_Status *st)
         r->hdr = h;
         r->total = h.total;
         r->seg = h.seg;
-        int nseg = (int)((h.total + h.seg - 1) / h.seg);
         int src = to_world(r->comm, st->MPI_SOURCE);
+        if (h.seg == SEG_IPC) {
+            ipc_recv_start(r, src);
+            return;
+        }
+        int nseg = (int)((h.total + h.seg - 1) / h.seg);
         char *dst;
         if (h.total > r->L.size || src < 0) {
             /* Truncated: take the segments into one scratch buffer and drop them. */
@@ -783,6 +844,161 @@ static void advance_segs(req_t *r)
     r->state = S_COPY;
 }
 
+/* ---- CUDA IPC (staging_ipc.h): one copy by the receiver ---- */
+
+static int deliver(void *buf, int count, MPI_Datatype dt, int dev, const void *tmp, size_t bytes,
+                   MPI_Comm comm, size_t *copied);
+
+/* Start taking the data of an IPC message (descriptor d, total bytes) into
+ * (buf, count, dt). ACK_DONE: the copy is queued (*ev, NULL when already
+ * done; release *mapped after it) or failed (*err). ACK_SEND_DATA: the
+ * peer's memory cannot be mapped here, the sender must send the bytes.
+ * ACK_NONE: nothing to take (*err: truncation, a bad descriptor). */
+static int ipc_take(void *buf, int count, MPI_Datatype dt, int dev, const rk_stg_layout_t *L,
+                    const rk_ipc_desc_t *d, size_t total, MPI_Comm comm, int wait_ok, void **ev,
+                    void **mapped, size_t *copied, int *err)
+{
+    *ev = NULL;
+    *mapped = NULL;
+    if (total > L->size) {
+        *err = MPI_ERR_TRUNCATE;
+        return ACK_NONE;
+    }
+    if (d->bytes != total) {
+        *err = MPI_ERR_OTHER;
+        return ACK_NONE;
+    }
+    if (total == 0)
+        return ACK_DONE;
+    char *p = rk_ipc_map(d);
+    if (!p)
+        return ACK_SEND_DATA;
+    *copied += total;
+    if (L->contig) {
+        /* Device to device (or to the user's host buffer), on the stream
+         * of the direction the destination takes. */
+        *mapped = p;
+        if (rk_stg_copy(buf, p, total, dev ? RK_STG_D2D : RK_STG_D2H, ev) != 0)
+            *err = MPI_ERR_OTHER;
+        return ACK_DONE;
+    }
+    /* A datatype with holes: the bytes to host memory, then unpacked as a
+     * staged message would be. */
+    rk_stg_buf_t t;
+    int rc = MPI_ERR_NO_MEM;
+    if (rk_stg_buf_get(total, wait_ok, &t) == 0) {
+        rc = rk_stg_copy_sync(t.ptr, p, total, RK_STG_D2H) ? MPI_ERR_OTHER : MPI_SUCCESS;
+        if (rc == MPI_SUCCESS)
+            rc = deliver(buf, count, dt, dev, t.ptr, total, comm, copied);
+        rk_stg_buf_put(&t);
+    }
+    rk_ipc_release(p);
+    if (rc != MPI_SUCCESS)
+        *err = rc;
+    return ACK_DONE;
+}
+
+/* Nonblocking receive: the header said IPC; the descriptor comes next. */
+static void ipc_recv_start(req_t *r, int src)
+{
+    r->ipc = 1;
+    r->peer = src;
+    /* The host image of a device receive is not needed: data comes by a
+     * copy from the peer's memory. */
+    if (r->hb.kind)
+        rk_stg_buf_put(&r->hb);
+    if (src < 0 || alloc_segs(r, 2, 1) != 0) {
+        r->err = src < 0 ? MPI_ERR_OTHER : MPI_ERR_NO_MEM;
+        r->state = S_DONE;
+        return;
+    }
+    PMPI_Irecv(&r->desc, (int)sizeof r->desc, MPI_BYTE, src, r->hdr.id, rk_stg_comm(),
+               &r->segs[0]);
+    r->state = S_IPC;
+    ilist_add(r);
+}
+
+/* S_IPC: descriptor -> copy. S_IPC_ACK: copy done -> answer (and, after
+ * ACK_SEND_DATA, the data's receive). S_IPC_DATA: both done -> S_DONE.
+ * Under eng. */
+static void ipc_recv_advance(req_t *r)
+{
+    int flag = 0;
+    if (r->state == S_IPC) {
+        if (PMPI_Test(&r->segs[0], &flag, MPI_STATUS_IGNORE) != MPI_SUCCESS) {
+            r->err = MPI_ERR_OTHER;
+            r->state = S_DONE;
+            ilist_del(r);
+            return;
+        }
+        if (!flag)
+            return;
+        int err = MPI_SUCCESS;
+        r->ack = ipc_take(r->ubuf, r->count, r->dt, r->dev, &r->L, &r->desc, r->total, r->comm, 0,
+                          &r->evs[0], &r->mapped, &r->copied, &err);
+        if (err != MPI_SUCCESS)
+            r->err = err;
+        r->state = S_IPC_ACK;
+    }
+    if (r->state == S_IPC_ACK) {
+        int t = rk_stg_event_test(r->evs[0]);
+        if (t == 0)
+            return;
+        if (t < 0)
+            r->err = MPI_ERR_OTHER;
+        rk_stg_event_put(r->evs[0]);
+        r->evs[0] = NULL;
+        rk_ipc_release(r->mapped);
+        r->mapped = NULL;
+        MPI_Comm wc = rk_stg_comm();
+        if (r->ack == ACK_SEND_DATA) {
+            if (rk_stg_buf_get(r->total, 0, &r->pk) != 0) {
+                r->err = MPI_ERR_NO_MEM;
+                r->ack = ACK_NONE;
+            } else {
+                PMPI_Irecv(r->pk.ptr, (int)r->total, MPI_BYTE, r->peer, r->hdr.id, wc,
+                           &r->segs[1]);
+            }
+        }
+        PMPI_Isend(&r->ack, 1, MPI_INT, r->peer, r->hdr.id, rk_ipc_ack_comm(), &r->segs[0]);
+        r->state = S_IPC_DATA;
+    }
+    if (r->state == S_IPC_DATA) {
+        if (PMPI_Testall(2, r->segs, &flag, MPI_STATUSES_IGNORE) != MPI_SUCCESS)
+            r->err = MPI_ERR_OTHER, flag = 1;
+        if (!flag)
+            return;
+        if (r->ack == ACK_SEND_DATA && r->err == MPI_SUCCESS) {
+            int rc = deliver(r->ubuf, r->count, r->dt, r->dev, r->pk.ptr, r->total, r->comm,
+                             &r->copied);
+            if (rc != MPI_SUCCESS)
+                r->err = rc;
+        }
+        r->state = S_DONE;
+        ilist_del(r);
+    }
+}
+
+/* A sender told ACK_SEND_DATA: the receiver could not map our memory, so
+ * the bytes go as one staged message on the plugin's communicator. 1 when
+ * nothing is left to do (an error), 0 when the send is posted. Under eng. */
+static int ipc_send_data(req_t *r)
+{
+    r->ack = -1;
+    if (rk_stg_buf_get(r->L.size, 0, &r->hb) != 0 ||
+        rk_stg_copy_sync(r->hb.ptr, r->ubuf, r->L.size, RK_STG_D2H) != 0) {
+        /* The receiver waits for these bytes: send what we have rather than
+         * leave it hanging, and report the error here. */
+        r->err = MPI_ERR_OTHER;
+        if (!r->hb.kind)
+            return 1;
+    }
+    r->copied += r->L.size;
+    PMPI_Isend(r->hb.ptr, (int)r->L.size, MPI_BYTE, r->peer, r->hdr.id, rk_stg_comm(),
+               &r->segs[0]);
+    return 0;
+}
+
 /* Advance r as far as it goes now; 1 when done. Under eng. */
 static int advance_locked(req_t *r)
 {
@@ -830,6 +1046,8 @@ static int advance_locked(req_t *r)
                 flag = 1;
                 if (r->nseg)
                     PMPI_Testall(r->nseg, r->segs, &flag, MPI_STATUSES_IGNORE);
+                if (flag && r->ipc && r->ack == ACK_SEND_DATA && !r->leak)
+                    flag = ipc_send_data(r);
                 if (flag)
                     r->state = S_DONE;
             }
@@ -837,6 +1055,8 @@ static int advance_locked(req_t *r)
             advance_segs(r);
         }
     }
+    if (r->state >= S_IPC)
+        ipc_recv_advance(r);
     if (r->state == S_COPY) {
         int done = 1;
         for (int i = 0; i < r->nevs && done; i++) {
@@ -1005,6 +1225,35 @@ static int stage_in_all(req_t *r, const void *buf, int wait_ok)
     return 0;
 }
 
+/* Post a device send of r->L.size contiguous bytes at buf to world rank
+ * wdest through CUDA IPC: the header, the descriptor, and the receive of
+ * the answer. 0 when IPC does not apply (the caller stages), 1 when posted
+ * (*rcp: MPI's answer). */
+static int ipc_send_post(req_t *r, const void *buf, int dest, int wdest, int tag, int mode,
+                         int *rcp)
+{
+    if (r->no_ipc || !rk_ipc_reaches(wdest) || rk_ipc_export(buf, r->L.size, &r->desc) != 0)
+        return 0;
+    r->ipc = 1;
+    r->peer = wdest;
+    r->ack = ACK_DONE;
+    r->hdr = (hdr_t){MAGIC0, MAGIC1, r->L.size, SEG_IPC, rk_stg_next_id()};
+    r->state = S_SEGS;
+    if (alloc_segs(r, 2, 0) != 0) {
+        *rcp = staging_error(r->comm, "out of memory for a send");
+        return 1;
+    }
+    MPI_Comm wc = rk_stg_comm();
+    int rc = PMPI_Irecv(&r->ack, 1, MPI_INT, wdest, r->hdr.id, rk_ipc_ack_comm(), &r->segs[1]);
+    if (rc == MPI_SUCCESS)
+        rc = PMPI_Isend(&r->desc, (int)sizeof r->desc, MPI_BYTE, wdest, r->hdr.id, wc,
+                        &r->segs[0]);
+    if (rc == MPI_SUCCESS)
+        rc = isend_mode(&r->hdr, RK_STG_HDR_BYTES, MPI_BYTE, dest, tag, r->comm, mode, &r->first);
+    *rcp = rc;
+    return 1;
+}
+
 /* Start a staged send and post everything: the user's buffer may be
  * reused when this returns, and the transfer needs nothing more from this
  * process (MPI moves it). r->first is the user-visible message; segments
@@ -1015,6 +1264,8 @@ static int send_post(req_t *r, const void *buf, int dest, int tag, int mode, int
     int wdest = -1;
     int pipelined = r->L.contig && r->L.size > RK_STG_BIG && mode != M_BSEND &&
                     (wdest = to_world(r->comm, dest)) >= 0;
+    if (pipelined && ipc_send_post(r, buf, dest, wdest, tag, mode, &rc))
+        return rc;
     if (!pipelined) {
         if (stage_in_all(r, buf, wait_ok) != 0)
             return staging_error(r->comm, "cannot stage a send");
@@ -1128,6 +1379,16 @@ static int send_ring(const void *buf, size_t total, int dest, int wdest, int tag
 static int wait_send(req_t *r)
 {
     int rc = MPI_SUCCESS;
+    if (r->ipc) {
+        /* The answer may ask for the data: advance until done. */
+        unsigned spins = 0;
+        while (!advance(r))
+            rk_stg_idle(&spins);
+        rc = r->err;
+        rk_stg_count(r->copied, rk_stg_now() - r->t0);
+        req_release(r);
+        return rc;
+    }
     if (r->first != MPI_REQUEST_NULL)
         rc = rk_stg_wait(&r->first, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && r->nseg)
@@ -1163,6 +1424,25 @@ static int send_dev(const void *buf, int count, MPI_Datatype dt, int dest, int t
         return rc;
     }
     int wdest;
+    if (L.contig && L.size > RK_STG_BIG && mode != M_BSEND &&
+        (wdest = to_world(comm, dest)) >= 0 && rk_ipc_reaches(wdest)) {
+        req_t *r = req_new(K_SEND, (void *)buf, count, dt, comm);
+        if (!r)
+            return staging_error(comm, "out of memory");
+        r->L = L;
+        if (ipc_send_post(r, buf, dest, wdest, tag, mode, &rc)) {
+            if (rc != MPI_SUCCESS) {
+                /* What was posted must finish before r goes. */
+                unsigned spins = 0;
+                while (r->nseg && !advance(r))
+                    rk_stg_idle(&spins);
+                req_release(r);
+                return rc;
+            }
+            return wait_send(r);
+        }
+        req_release(r);
+    }
     if (L.contig && L.size > RK_STG_BIG && mode != M_BSEND &&
         (wdest = to_world(comm, dest)) >= 0) {
         rc = send_ring(buf, L.size, dest, wdest, tag, comm, mode);
@@ -1259,11 +1539,54 @@ static int deliver(void *buf, int count, MPI_Datatype dt, int dev, const void *t
     return rc;
 }
 
+/* The data of an IPC message announced by h, from world rank src, into
+ * (buf, count, dt): descriptor, copy, answer. */
+static int recv_ipc(void *buf, int count, MPI_Datatype dt, int dev, const hdr_t *h, int src,
+                    MPI_Comm comm, size_t *copied)
+{
+    rk_stg_layout_t L;
+    int rc = rk_stg_layout(dt, 0, count, &L);
+    if (rc != MPI_SUCCESS)
+        L.size = 0, L.contig = 1; /* still answer, or the sender waits forever */
+    MPI_Comm wc = rk_stg_comm();
+    rk_ipc_desc_t d;
+    MPI_Request rq;
+    int mrc = PMPI_Irecv(&d, (int)sizeof d, MPI_BYTE, src, h->id, wc, &rq);
+    if (mrc == MPI_SUCCESS)
+        mrc = rk_stg_wait(&rq, MPI_STATUS_IGNORE);
+    if (mrc != MPI_SUCCESS)
+        return mrc;
+    int err = MPI_SUCCESS;
+    void *ev = NULL, *mapped = NULL;
+    int ack = ipc_take(buf, count, dt, dev, &L, &d, h->total, comm, 1, &ev, &mapped, copied, &err);
+    if (ev && rk_stg_event_wait(ev) != 0)
+        err = MPI_ERR_OTHER;
+    rk_stg_event_put(ev);
+    rk_ipc_release(mapped);
+    mrc = PMPI_Send(&ack, 1, MPI_INT, src, h->id, rk_ipc_ack_comm());
+    if (ack == ACK_SEND_DATA && mrc == MPI_SUCCESS) {
+        rk_stg_buf_t t;
+        if (rk_stg_buf_get(h->total, 1, &t) != 0)
+            return MPI_ERR_NO_MEM;
+        mrc = PMPI_Irecv(t.ptr, (int)h->total, MPI_BYTE, src, h->id, wc, &rq);
+        if (mrc == MPI_SUCCESS)
+            mrc = rk_stg_wait(&rq, MPI_STATUS_IGNORE);
+        if (mrc == MPI_SUCCESS)
+            err = deliver(buf, count, dt, dev, t.ptr, h->total, comm, copied);
+        rk_stg_buf_put(&t);
+    }
+    if (rc != MPI_SUCCESS)
+        return rc;
+    return err != MPI_SUCCESS ? err : mrc;
+}
+
 /* The segments of a pipelined message announced by h, from world rank
  * src, into (buf, count, dt). */
 static int recv_segments(void *buf, int count, MPI_Datatype dt, int dev, const hdr_t *h, int src,
                          MPI_Comm comm, size_t *copied)
 {
+    if (h->seg == SEG_IPC)
+        return recv_ipc(buf, count, dt, dev, h, src, comm, copied);
     rk_stg_layout_t L;
     int rc = rk_stg_layout(dt, 0, count, &L);
     if (rc != MPI_SUCCESS)
@@ -1921,6 +2244,7 @@ RK_STG_EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, in
     if (dest == MPI_PROC_NULL) {
         s->nseg = 0;
     } else if (dev) {
+        s->no_ipc = 1; /* the receive below overwrites buf while a peer could still read it */
         rc = send_post(s, buf, dest, stag, M_STD, 1);
     } else {
         if (rk_stg_buf_get(s->L.span, 1, &s->hb) != 0) {

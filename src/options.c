@@ -316,6 +316,13 @@ static const option_def_t defs[] = {
      "pinned host memory kept for staging MPI messages, per rank", NULL, NULL},
     {"RANKMEM_STAGING_CHUNK", RANKMEM_OPTION_SIZE, "4MiB",
      "size of one staging buffer; larger messages are sent in pieces", NULL, NULL},
+    {"RANKMEM_STAGING_IPC", RANKMEM_OPTION_ENUM, "auto",
+     "device messages between ranks of one node: one device-to-device copy through CUDA IPC "
+     "(auto: when every rank of the node can map every other's memory)",
+     "auto|on|off", NULL},
+    {"RANKMEM_STAGING_IPC_CACHE", RANKMEM_OPTION_INT, "64",
+     "CUDA IPC mappings of other ranks' allocations kept open per rank (least recently used "
+     "closed first)", NULL, NULL},
     {"RANKMEM_STAGING_RING", RANKMEM_OPTION_BOOL, "1",
      "nonblocking sends and receives of large device messages move through a few reused pinned "
      "buffers, advanced by MPI's progress engine (Open MPI); 0: such a message is staged whole",

@@ -23,12 +23,16 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/types.h>
 #include <time.h>
 
 #include "mtap.h"
 
+int ftruncate(int fd, off_t length); /* <unistd.h>, whose F_* names clash with ours */
+
 #ifdef RKT_FAKE
 #include "staging_internal.h"
+#include "staging_ipc.h"
 #elif HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
@@ -685,6 +689,83 @@ static int sum_ranks(size_t i, int upto)
     return s;
 }
 
+/* CUDA IPC between ranks of the node (default on when they can map each
+ * other's memory): a buffer freed and allocated again (at the same address,
+ * as cudaMalloc tends to do) with other contents must never be read
+ * through the old mapping; several allocations in turn (the cache's bound
+ * with RANKMEM_STAGING_IPC_CACHE); nonblocking and blocking forms. Pairs
+ * of ranks (even sends to odd). */
+static void t_ipc(size_t n)
+{
+    int even = me % 2 == 0, peer = even ? me + 1 : me - 1;
+    if (peer >= np) {
+        MPI_Barrier(MPI_COMM_WORLD);
+        MPI_Barrier(MPI_COMM_WORLD);
+        return;
+    }
+    long bad = -1;
+    int rc = MPI_SUCCESS;
+    void *rbuf = even ? NULL : xalloc(DEV, n);
+    for (int round = 0; round < 6; round++) {
+        void *sbuf = NULL;
+        if (even) {
+            dev_reset();
+            sbuf = xalloc(DEV, n);
+#ifdef RKT_FAKE
+            rk_stg_fake_ipc_renew(); /* a new allocation at the same address */
+#endif
+            fill(DEV, sbuf, n, 40 + round);
+        }
+        MPI_Barrier(MPI_COMM_WORLD);
+        if (even) {
+            if (round % 2 == 0) {
+                rc |= MPI_Send(sbuf, (int)n, MPI_BYTE, peer, 900 + round, MPI_COMM_WORLD);
+            } else {
+                MPI_Request r;
+                rc |= MPI_Isend(sbuf, (int)n, MPI_BYTE, peer, 900 + round, MPI_COMM_WORLD, &r);
+                rc |= MPI_Wait(&r, MPI_STATUS_IGNORE);
+            }
+            xfree(DEV, sbuf);
+        } else {
+            set(DEV, rbuf, n, 0);
+            if (round % 2 == 0) {
+                rc |= MPI_Recv(rbuf, (int)n, MPI_BYTE, peer, 900 + round, MPI_COMM_WORLD,
+                               MPI_STATUS_IGNORE);
+            } else {
+                MPI_Request r;
+                rc |= MPI_Irecv(rbuf, (int)n, MPI_BYTE, peer, 900 + round, MPI_COMM_WORLD, &r);
+                rc |= MPI_Wait(&r, MPI_STATUS_IGNORE);
+            }
+            long b = check(DEV, rbuf, n, 40 + round, n, 0);
+            if (b >= 0 && bad < 0)
+                bad = b;
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    mok(rc == MPI_SUCCESS && bad < 0,
+        "IPC: 6 allocations in turn at one address, %zu bytes each, blocking and nonblocking: "
+        "each received as sent (first bad byte %ld)", n, bad);
+#ifdef RKT_FAKE
+    rk_ipc_stats_t st;
+    rk_ipc_stats(&st);
+    long got[3] = {(long)st.opened, (long)st.stale, rk_ipc_on}, mn[3], mx[3];
+    if (even)
+        got[0] = got[1] = 5; /* senders map nothing: neutral */
+    MPI_Allreduce(got, mn, 3, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+    MPI_Allreduce(got, mx, 3, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    if (mx[2])
+        mok(mn[2] == 1 && mn[0] >= 5 && mn[1] >= 5,
+            "IPC: each receiver mapped every new allocation afresh (at least 5 opened and 5 "
+            "replaced; min %ld and %ld)", mn[0], mn[1]);
+    else
+        mdiag("IPC is off here: the mapping counts were not checked");
+#endif
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (!even)
+        xfree(DEV, rbuf);
+    dev_reset();
+}
+
 static void t_coll(int mixed, size_t n)
 {
     /* mixed 0: every rank's buffers on the device; 1: even ranks device, odd host;
@@ -1051,11 +1132,21 @@ int main(int argc, char **argv)
     }
 #ifdef RKT_FAKE
     if (!use_real && !host_only) {
-        fregion = mmap(NULL, fsize, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE,
-                       -1, 0);
+        /* A memory file, so that peers can map it (the IPC test backend);
+         * RKT_FAKE_NO_MEMFD: private memory, which peers cannot map. */
+        int fd = -1;
+        if (!getenv("RKT_FAKE_NO_MEMFD")) {
+            fd = memfd_create("rankmem-fake-device", MFD_CLOEXEC);
+            if (fd < 0 || ftruncate(fd, (off_t)fsize) != 0)
+                return 1;
+        }
+        fregion = mmap(NULL, fsize, PROT_READ | PROT_WRITE,
+                       (fd >= 0 ? MAP_SHARED : MAP_PRIVATE | MAP_ANONYMOUS) | MAP_NORESERVE, fd, 0);
         if (fregion == MAP_FAILED)
             return 1;
         rk_stg_fake_device(fregion, fsize);
+        if (fd >= 0)
+            rk_stg_fake_ipc(fd);
     }
 #endif
     MPI_Init(&argc, &argv);
@@ -1111,8 +1202,10 @@ int main(int argc, char **argv)
     }
     int kinds[2] = {HOST, DEV}, nk = host_only ? 1 : 2;
 #ifdef RKT_FAKE
-    mdiag("staging %s on rank 0 (fake device: %s), chunk %zu KiB, largest message %zu bytes",
-          rk_stg_on ? "on" : "off", fregion ? "yes" : "no", chunk >> 10, max_bytes);
+    mdiag("staging %s on rank 0 (fake device: %s), CUDA IPC %s, chunk %zu KiB, largest message "
+          "%zu bytes",
+          rk_stg_on ? "on" : "off", fregion ? "yes" : "no", rk_ipc_on ? "on" : "off", chunk >> 10,
+          max_bytes);
 #endif
 
     for (int call = 0; call < NCALLS; call++)
@@ -1137,6 +1230,8 @@ int main(int argc, char **argv)
     }
     if (!host_only && max_bytes >= ((size_t)600 << 10))
         t_truncate();
+    if (!host_only && max_bytes >= ((size_t)600 << 10))
+        t_ipc((size_t)600 << 10);
     size_t psz[] = {32, 1000, chunk + 5 > max_bytes ? max_bytes : chunk + 5};
     for (int a = 0; a < nk; a++)
         for (int b = 0; b < nk; b++)

@@ -1,0 +1,588 @@
+/* CUDA IPC between ranks of one node (issue 20): the node's decision at
+ * MPI_Init, the exporter's handle cache and the importer's mapping cache.
+ * The message protocols that use them are in staging_p2p.c and
+ * staging_coll.c; staging_ipc.h says what each call promises.
+ *
+ * Why a decision at init: a mapping that fails in the middle of a message
+ * needs the sender's help to recover (it must send the data after all),
+ * and a container or MIG setup refuses every mapping alike. So each node
+ * tries once: every rank exports a small probe buffer and maps each node
+ * peer's; IPC is on for the node only when every rank mapped every peer. A
+ * refusal is one line for the job (world rank 0), not one per message.
+ *
+ * The test backend (stg_fake) stands for device memory with a memory file
+ * mapped at the fake region; a peer "maps" it through /proc/PID/fd/FD. */
+#define _GNU_SOURCE
+#include "staging_ipc.h"
+#include "staging_internal.h"
+
+#include <dlfcn.h>
+#include <fcntl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#if HAVE_GPU && !HAVE_HIP
+#include <cuda_runtime.h>
+#define RK_IPC_CUDA 1
+#else
+#define RK_IPC_CUDA 0
+#endif
+
+int rk_ipc_on;
+
+static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
+static int world_size;
+static unsigned char *near; /* near[w]: world rank w is a node peer served by IPC */
+static int cache_max = 64;  /* RANKMEM_STAGING_IPC_CACHE */
+static rk_ipc_stats_t stats;
+static MPI_Comm ack_comm = MPI_COMM_NULL;
+
+MPI_Comm rk_ipc_ack_comm(void) { return ack_comm; }
+
+/* ---- test backend ---- */
+
+static int fake_fd = -1;
+static uint64_t fake_gen = 1;
+
+void rk_stg_fake_ipc(int fd) { fake_fd = fd; }
+
+void rk_stg_fake_ipc_renew(void)
+{
+    pthread_mutex_lock(&lock);
+    fake_gen++;
+    pthread_mutex_unlock(&lock);
+}
+
+typedef struct {
+    char tag[8]; /* "rkfake" */
+    int32_t pid, fd;
+} fake_handle_t;
+
+/* ---- the driver's pointer query (the allocation's range and id) ---- */
+
+#if RK_IPC_CUDA
+typedef int (*cu_attrs_fn)(unsigned, int *, void **, unsigned long long);
+static cu_attrs_fn cu_attrs;
+#define RK_CU_POINTER_ATTRIBUTE_BUFFER_ID 7
+#define RK_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
+#define RK_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
+
+static int driver_ready(void)
+{
+    if (cu_attrs)
+        return 1;
+    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (h)
+        cu_attrs = (cu_attrs_fn)(uintptr_t)dlsym(h, "cuPointerGetAttributes");
+    return cu_attrs != NULL;
+}
+
+/* Run with the staging device current (threads start on device 0). */
+static int dev_enter(void)
+{
+    int prev = -1, want = rk_mpi_gpu_current();
+    if (want >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != want) {
+        cudaSetDevice(want);
+        return prev;
+    }
+    return -1;
+}
+static void dev_leave(int prev)
+{
+    if (prev >= 0)
+        cudaSetDevice(prev);
+}
+#endif
+
+/* The allocation holding p: base, size and id. 0, or -1. */
+static int allocation_of(const void *p, uint64_t *base, uint64_t *size, uint64_t *id)
+{
+    char *fb;
+    size_t fn;
+    if (rk_stg_fake_region(&fb, &fn)) {
+        if (fake_fd < 0 || (const char *)p < fb || (const char *)p >= fb + fn)
+            return -1;
+        *base = (uint64_t)(uintptr_t)fb;
+        *size = fn;
+        *id = fake_gen;
+        return 0;
+    }
+#if RK_IPC_CUDA
+    if (!driver_ready())
+        return -1;
+    unsigned long long b = 0, id64 = 0;
+    size_t sz = 0;
+    int attrs[3] = {RK_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, RK_CU_POINTER_ATTRIBUTE_RANGE_SIZE,
+                    RK_CU_POINTER_ATTRIBUTE_BUFFER_ID};
+    void *data[3] = {&b, &sz, &id64};
+    if (cu_attrs(3, attrs, data, (unsigned long long)(uintptr_t)p) != 0 || !b || !sz)
+        return -1;
+    *base = b;
+    *size = sz;
+    *id = id64;
+    return 0;
+#else
+    (void)base, (void)size, (void)id;
+    return -1;
+#endif
+}
+
+/* ---- exporter: handles by allocation ---- */
+
+#define EXPORTS 64
+static struct {
+    uint64_t base, size, id, used;
+    int ok; /* 1 handle valid, 0 this allocation cannot be exported */
+    unsigned char handle[RK_IPC_HANDLE_BYTES];
+} ex[EXPORTS];
+static uint64_t tick;
+
+static int make_handle(uint64_t base, unsigned char *out)
+{
+    if (fake_fd >= 0) {
+        fake_handle_t h = {"rkfake", (int32_t)getpid(), fake_fd};
+        memset(out, 0, RK_IPC_HANDLE_BYTES);
+        memcpy(out, &h, sizeof h);
+        return 0;
+    }
+#if RK_IPC_CUDA
+    cudaIpcMemHandle_t h;
+    int prev = dev_enter();
+    cudaError_t e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
+    dev_leave(prev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        return -1;
+    }
+    _Static_assert(sizeof h == RK_IPC_HANDLE_BYTES, "IPC handle size");
+    memcpy(out, &h, sizeof h);
+    return 0;
+#else
+    (void)base, (void)out;
+    return -1;
+#endif
+}
+
+int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
+{
+    uint64_t base, size, id;
+    if (!rk_ipc_on || allocation_of(buf, &base, &size, &id) != 0)
+        return -1;
+    uint64_t off = (uint64_t)(uintptr_t)buf - base;
+    if (off > size || n > size - off)
+        return -1;
+    pthread_mutex_lock(&lock);
+    int slot = -1, victim = 0;
+    for (int i = 0; i < EXPORTS; i++) {
+        if (ex[i].used && ex[i].base == base && ex[i].id == id) {
+            slot = i;
+            break;
+        }
+        if (ex[i].used < ex[victim].used)
+            victim = i;
+    }
+    if (slot < 0) {
+        /* Not cached: ask (about 20 us on the H100), and remember the
+         * answer, "cannot" included. Entries of other ids at this base are
+         * allocations that are gone: they age out. */
+        slot = victim;
+        ex[slot].base = base;
+        ex[slot].size = size;
+        ex[slot].id = id;
+        ex[slot].ok = make_handle(base, ex[slot].handle) == 0;
+        stats.exports++;
+        if (!ex[slot].ok)
+            stats.refused++;
+    }
+    ex[slot].used = ++tick;
+    int ok = ex[slot].ok;
+    if (ok) {
+        memcpy(d->handle, ex[slot].handle, RK_IPC_HANDLE_BYTES);
+        d->buffer_id = id;
+        d->base = base;
+        d->size = size;
+        d->offset = off;
+        d->bytes = n;
+        d->owner = -1;
+        PMPI_Comm_rank(MPI_COMM_WORLD, &d->owner);
+        d->spare = 0;
+    }
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
+}
+
+/* ---- importer: mappings by (owner, buffer id) ---- */
+
+typedef struct map {
+    struct map *next;
+    int owner;
+    uint64_t id, base, size;
+    char *ptr; /* the mapped allocation's first byte */
+    int refs;  /* copies in flight through it */
+    int stale; /* replaced: close when refs reach 0 */
+    uint64_t used;
+} map_t;
+static map_t *maps;
+static int nmaps;
+
+static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
+{
+    if (fake_fd >= 0) {
+        fake_handle_t h;
+        memcpy(&h, d->handle, sizeof h);
+        if (memcmp(h.tag, "rkfake", 7) != 0) {
+            snprintf(why, len, "not a handle of the test backend");
+            return NULL;
+        }
+        char path[64];
+        snprintf(path, sizeof path, "/proc/%d/fd/%d", (int)h.pid, (int)h.fd);
+        int fd = open(path, O_RDWR | O_CLOEXEC);
+        if (fd < 0) {
+            snprintf(why, len, "open %s failed", path);
+            return NULL;
+        }
+        void *p = mmap(NULL, d->size, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        close(fd);
+        if (p == MAP_FAILED) {
+            snprintf(why, len, "mmap of a peer's region failed");
+            return NULL;
+        }
+        return p;
+    }
+#if RK_IPC_CUDA
+    cudaIpcMemHandle_t h;
+    memcpy(&h, d->handle, sizeof h);
+    void *p = NULL;
+    int prev = dev_enter();
+    cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
+    dev_leave(prev);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        snprintf(why, len, "cudaIpcOpenMemHandle: %s", cudaGetErrorString(e));
+        return NULL;
+    }
+    return p;
+#else
+    snprintf(why, len, "a build without CUDA");
+    return NULL;
+#endif
+}
+
+static void close_mapping(map_t *m)
+{
+    if (fake_fd >= 0) {
+        munmap(m->ptr, m->size);
+        return;
+    }
+#if RK_IPC_CUDA
+    int prev = dev_enter();
+    if (cudaIpcCloseMemHandle(m->ptr) != cudaSuccess)
+        (void)cudaGetLastError();
+    dev_leave(prev);
+#endif
+}
+
+/* Unlink and close m (under lock; refs == 0). */
+static void drop(map_t **pp)
+{
+    map_t *m = *pp;
+    *pp = m->next;
+    nmaps--;
+    close_mapping(m);
+    free(m);
+}
+
+void *rk_ipc_map(const rk_ipc_desc_t *d)
+{
+    if (!d || d->offset > d->size || d->bytes > d->size - d->offset)
+        return NULL;
+    pthread_mutex_lock(&lock);
+    for (map_t *m = maps; m; m = m->next)
+        if (m->owner == d->owner && m->id == d->buffer_id && !m->stale) {
+            m->refs++;
+            m->used = ++tick;
+            stats.hits++;
+            pthread_mutex_unlock(&lock);
+            return m->ptr + d->offset;
+        }
+    /* A new allocation of that owner over addresses we map: the old one is
+     * gone (freed, perhaps reallocated with other contents), so its mapping
+     * must never be read again. */
+    for (map_t **pp = &maps; *pp;) {
+        map_t *m = *pp;
+        if (m->owner == d->owner && m->base < d->base + d->size && d->base < m->base + m->size) {
+            stats.stale++;
+            if (m->refs == 0) {
+                drop(pp);
+                continue;
+            }
+            m->stale = 1;
+        }
+        pp = &m->next;
+    }
+    /* Bounded: evict the least recently used idle mappings. */
+    while (nmaps >= cache_max) {
+        map_t **vp = NULL;
+        for (map_t **pp = &maps; *pp; pp = &(*pp)->next)
+            if ((*pp)->refs == 0 && (!vp || (*pp)->used < (*vp)->used))
+                vp = pp;
+        if (!vp)
+            break; /* all in use: go over the bound for now */
+        stats.evicted++;
+        drop(vp);
+    }
+    char why[160] = "";
+    char *p = open_mapping(d, why, sizeof why);
+    map_t *m = p ? calloc(1, sizeof *m) : NULL;
+    if (p && !m) {
+        map_t tmp = {.ptr = p, .size = d->size};
+        close_mapping(&tmp);
+        p = NULL;
+    }
+    if (!p) {
+        static int told;
+        if (!told++)
+            rk_mpi_warn("staging: cannot map rank %d's device memory (%s): its messages to this "
+                        "rank are staged instead",
+                        (int)d->owner, why[0] ? why : "out of memory");
+        pthread_mutex_unlock(&lock);
+        return NULL;
+    }
+    m->owner = d->owner;
+    m->id = d->buffer_id;
+    m->base = d->base;
+    m->size = d->size;
+    m->ptr = p;
+    m->refs = 1;
+    m->used = ++tick;
+    m->next = maps;
+    maps = m;
+    nmaps++;
+    stats.opened++;
+    pthread_mutex_unlock(&lock);
+    return p + d->offset;
+}
+
+void rk_ipc_release(const void *mapped)
+{
+    if (!mapped)
+        return;
+    const char *q = mapped;
+    pthread_mutex_lock(&lock);
+    for (map_t **pp = &maps; *pp; pp = &(*pp)->next) {
+        map_t *m = *pp;
+        if (m->refs > 0 && q >= m->ptr && q <= m->ptr + m->size) {
+            if (--m->refs == 0 && (m->stale || nmaps > cache_max))
+                drop(pp);
+            break;
+        }
+    }
+    pthread_mutex_unlock(&lock);
+}
+
+void rk_ipc_stats(rk_ipc_stats_t *s)
+{
+    pthread_mutex_lock(&lock);
+    *s = stats;
+    s->cached = nmaps;
+    pthread_mutex_unlock(&lock);
+}
+
+int rk_ipc_reaches(int w) { return rk_ipc_on && near && w >= 0 && w < world_size && near[w]; }
+
+/* ---- the node's decision ---- */
+
+/* A probe buffer to export at init (freed after the decision). */
+static void *probe_alloc(void)
+{
+    char *fb;
+    size_t fn;
+    if (rk_stg_fake_region(&fb, &fn))
+        return fake_fd >= 0 ? fb : NULL;
+#if RK_IPC_CUDA
+    void *p = NULL;
+    int prev = dev_enter();
+    if (cudaMalloc(&p, 4096) != cudaSuccess) {
+        (void)cudaGetLastError();
+        p = NULL;
+    }
+    dev_leave(prev);
+    return p;
+#else
+    return NULL;
+#endif
+}
+
+static void probe_free(void *p)
+{
+    char *fb;
+    size_t fn;
+    if (!p || rk_stg_fake_region(&fb, &fn))
+        return;
+#if RK_IPC_CUDA
+    int prev = dev_enter();
+    cudaFree(p);
+    dev_leave(prev);
+#endif
+}
+
+void rk_ipc_init(int mode, int cache, int stg_on)
+{
+    if (cache > 0)
+        cache_max = cache;
+    char why[200] = "";
+    PMPI_Comm_size(MPI_COMM_WORLD, &world_size);
+    int me = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &me);
+    MPI_Comm node = MPI_COMM_NULL;
+    if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node) !=
+        MPI_SUCCESS)
+        return;
+    int nn = 1, nr = 0;
+    PMPI_Comm_size(node, &nn);
+    PMPI_Comm_rank(node, &nr);
+    char *fb;
+    size_t fn;
+    int fake = rk_stg_fake_region(&fb, &fn);
+    /* Which node peers use our GPU (by PCI bus id). */
+    char bus[32] = "";
+#if RK_IPC_CUDA
+    int gdev = rk_mpi_gpu_current();
+    if (!fake && stg_on && gdev >= 0 && cudaDeviceGetPCIBusId(bus, (int)sizeof bus, gdev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        bus[0] = 0;
+    }
+#endif
+    char *buses = calloc((size_t)nn, sizeof bus);
+    if (buses && PMPI_Allgather(bus, (int)sizeof bus, MPI_CHAR, buses, (int)sizeof bus, MPI_CHAR,
+                                node) == MPI_SUCCESS && bus[0])
+        for (int i = 0; i < nn; i++)
+            if (i != nr && strncmp(buses + (size_t)i * sizeof bus, bus, sizeof bus) == 0)
+                rk_stg_shared_gpu = 1;
+    free(buses);
+    /* can: this rank takes part (wants IPC, stages, has a way to export). */
+    int can = mode != 2 && stg_on && nn > 1;
+    if (can && fake && fake_fd < 0)
+        can = 0, snprintf(why, sizeof why, "the test backend has no memory file");
+    if (can && !fake && !RK_IPC_CUDA)
+        can = 0, snprintf(why, sizeof why, "CUDA IPC is not built for HIP");
+    rk_ipc_desc_t mine;
+    memset(&mine, 0, sizeof mine);
+    void *probe = NULL;
+    if (can) {
+        probe = probe_alloc();
+        rk_ipc_on = 1; /* for rk_ipc_export */
+        if (!probe || rk_ipc_export(probe, 1, &mine) != 0) {
+            can = 0;
+            snprintf(why, sizeof why, "cudaIpcGetMemHandle refused this rank's memory");
+        }
+        rk_ipc_on = 0;
+    }
+    mine.spare = can;
+    mine.owner = me;
+    rk_ipc_desc_t *all = calloc((size_t)nn, sizeof *all);
+    int ok = can && all != NULL;
+    if (all && PMPI_Allgather(&mine, (int)sizeof mine, MPI_BYTE, all, (int)sizeof mine, MPI_BYTE,
+                              node) != MPI_SUCCESS)
+        ok = 0;
+    for (int i = 0; ok && i < nn; i++) {
+        if (i == nr)
+            continue;
+        if (!all[i].spare) {
+            ok = 0;
+            if (!why[0])
+                snprintf(why, sizeof why, "rank %d does not take part", (int)all[i].owner);
+            break;
+        }
+        void *p = rk_ipc_map(&all[i]);
+        if (!p) {
+            ok = 0;
+            snprintf(why, sizeof why, "rank %d could not map rank %d's memory", me,
+                     (int)all[i].owner);
+            break;
+        }
+        rk_ipc_release(p);
+    }
+    /* The probes' mappings are closed before their memory goes. */
+    pthread_mutex_lock(&lock);
+    while (maps)
+        drop(&maps);
+    memset(&stats, 0, sizeof stats);
+    pthread_mutex_unlock(&lock);
+    int node_ok = 0;
+    PMPI_Allreduce(&ok, &node_ok, 1, MPI_INT, MPI_MIN, node);
+    probe_free(probe);
+    if (node_ok) {
+        near = calloc((size_t)world_size, 1);
+        if (near)
+            for (int i = 0; i < nn; i++)
+                if (i != nr && all[i].owner >= 0 && all[i].owner < world_size)
+                    near[all[i].owner] = 1;
+        rk_ipc_on = near != NULL;
+    }
+    /* Answers travel against the data's direction, with the data's tag (a
+     * number the sender chose): a communicator of their own keeps them from
+     * meeting the other side's descriptors of the same number. Collective
+     * over MPI_COMM_WORLD (every rank runs this function). */
+    if (PMPI_Comm_dup(MPI_COMM_WORLD, &ack_comm) != MPI_SUCCESS) {
+        ack_comm = MPI_COMM_NULL;
+        rk_ipc_on = 0;
+    } else {
+        PMPI_Comm_set_name(ack_comm, "rankmem-ipc-answers");
+    }
+    free(all);
+    /* One line for the job: nodes where IPC was wanted and refused. A rank
+     * alone on its node, or one that does not stage, is no refusal. */
+    int wanted = mode != 2 && stg_on && nn > 1;
+    int refused = wanted && !rk_ipc_on && (mode == 1 || why[0]) ? 1 : 0;
+    int lead = nr == 0 ? refused : 0, nodes[2] = {lead, nr == 0}, sum[2] = {0, 0};
+    PMPI_Allreduce(nodes, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    /* The first reason, from the lowest world rank that has one. */
+    int cand = refused && why[0] ? me : world_size, first = world_size;
+    PMPI_Allreduce(&cand, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    if (first < world_size) {
+        if (me == first && first != 0)
+            PMPI_Send(why, (int)sizeof why, MPI_CHAR, 0, 0, MPI_COMM_WORLD);
+        if (me == 0 && first != 0)
+            PMPI_Recv(why, (int)sizeof why, MPI_CHAR, first, 0, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        if (me == 0)
+            rk_mpi_warn("staging: CUDA IPC between ranks of a node is off on %d of %d node%s (%s): "
+                        "device messages between them go through host memory",
+                        sum[0] ? sum[0] : 1, sum[1], sum[1] == 1 ? "" : "s", why);
+    }
+    rk_mpi_verbose("staging: CUDA IPC %s (RANKMEM_STAGING_IPC=%s, %d rank%s on this node, cache "
+                   "of %d mappings)%s",
+                   rk_ipc_on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off", nn,
+                   nn == 1 ? "" : "s", cache_max,
+                   rk_stg_shared_gpu ? "; the GPU is shared with another rank of the node" : "");
+    PMPI_Comm_free(&node);
+}
+
+void rk_ipc_finalize(void)
+{
+    pthread_mutex_lock(&lock);
+    rk_ipc_stats_t s = stats;
+    for (map_t **pp = &maps; *pp;) {
+        if ((*pp)->refs == 0) {
+            drop(pp);
+            continue;
+        }
+        pp = &(*pp)->next; /* a copy still in flight: leave it to the process's end */
+    }
+    pthread_mutex_unlock(&lock);
+    if (rk_ipc_on)
+        rk_mpi_verbose("staging: CUDA IPC mapped %llu allocation%s of peers (%llu hits, %llu "
+                       "replaced, %llu evicted), exported %llu",
+                       (unsigned long long)s.opened, s.opened == 1 ? "" : "s",
+                       (unsigned long long)s.hits, (unsigned long long)s.stale,
+                       (unsigned long long)s.evicted, (unsigned long long)s.exports);
+    free(near);
+    near = NULL;
+    rk_ipc_on = 0;
+    if (ack_comm != MPI_COMM_NULL)
+        PMPI_Comm_free(&ack_comm);
+}

@@ -1,0 +1,84 @@
+/* rankmem MPI plugin: device memory of ranks of one node mapped into each
+ * other through CUDA IPC (issue 20), so that a device message between them
+ * is one device-to-device copy made by the receiver instead of two copies
+ * through pinned host memory and MPI. Not installed, every symbol hidden.
+ *
+ * The exporter (a sender, or a collective's contributor) describes the
+ * allocation that holds its buffer (rk_ipc_export: an IPC handle, cached by
+ * allocation); the importer maps it once (rk_ipc_map: cached by the
+ * exporter's rank and the allocation's buffer id, which the driver never
+ * reuses within a process, so a buffer freed and reallocated at the same
+ * address is mapped afresh, never read through the old mapping). MPI
+ * carries the descriptor; completion travels back as a small message
+ * (staging_p2p.c, staging_coll.c). docs/staging.md, "CUDA IPC", tells the
+ * protocol. */
+#ifndef RANKMEM_MPI_STAGING_IPC_H
+#define RANKMEM_MPI_STAGING_IPC_H
+
+#include "plugin.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define RK_IPC_HANDLE_BYTES 64
+
+/* What travels from exporter to importer: 112 bytes. */
+typedef struct rk_ipc_desc {
+    unsigned char handle[RK_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t (fake backend: pid, fd) */
+    uint64_t buffer_id; /* the allocation's id in the exporter */
+    uint64_t base;      /* the allocation's first byte, in the exporter */
+    uint64_t size;      /* the allocation's bytes */
+    uint64_t offset;    /* the buffer's first byte - base */
+    uint64_t bytes;     /* the message's bytes */
+    int32_t owner;      /* the exporter's rank in MPI_COMM_WORLD */
+    int32_t spare;
+} rk_ipc_desc_t;
+
+/* IPC serves device messages between ranks of this node (the same answer
+ * on every rank of the node). Written once, in MPI_Init. */
+RK_MPI_HIDDEN extern int rk_ipc_on;
+
+/* The node's decision, collective over MPI_COMM_WORLD (staging.c calls it
+ * from rk_mpi_staging_init once staging is active somewhere). mode: 0
+ * auto, 1 on, 2 off (RANKMEM_STAGING_IPC); cache: RANKMEM_STAGING_IPC_CACHE
+ * (0: the default); stg_on: this rank stages. Prints at most one line for
+ * the job. */
+RK_MPI_HIDDEN void rk_ipc_init(int mode, int cache, int stg_on);
+/* Close every mapping (no communication: a peer that has gone is no
+ * concern). */
+RK_MPI_HIDDEN void rk_ipc_finalize(void);
+
+/* The communicator where importers answer exporters (a duplicate of
+ * MPI_COMM_WORLD; MPI_COMM_NULL when IPC never started). */
+RK_MPI_HIDDEN MPI_Comm rk_ipc_ack_comm(void);
+
+/* 1 when IPC serves messages between this rank and world rank w. */
+RK_MPI_HIDDEN int rk_ipc_reaches(int w);
+
+/* Describe [buf, buf + n) for node peers: 0, or -1 when its memory cannot
+ * be exported (stream-ordered pools, VMM, managed memory: the caller
+ * stages). Cached per allocation; the answer "cannot" is cached too. */
+RK_MPI_HIDDEN int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d);
+
+/* The exporter's buffer, mapped here: the address of its first byte, or
+ * NULL when the mapping was refused (message printed once). Each non-NULL
+ * answer holds the mapping until rk_ipc_release. */
+RK_MPI_HIDDEN void *rk_ipc_map(const rk_ipc_desc_t *d);
+RK_MPI_HIDDEN void rk_ipc_release(const void *mapped);
+
+/* Counters for the verbose line and the tests: mappings opened, closed
+ * because their allocation was replaced, evicted, and cache hits. */
+typedef struct rk_ipc_stats {
+    uint64_t opened, stale, evicted, hits, exports, refused;
+    int cached;
+} rk_ipc_stats_t;
+RK_MPI_HIDDEN void rk_ipc_stats(rk_ipc_stats_t *s);
+
+/* Test backend (stg_fake): the fake device region lives in the memory
+ * file fd (memfd), which peers map through /proc/PID/fd/FD. Before
+ * MPI_Init. rk_stg_fake_ipc_renew: the region counts as a new allocation
+ * from now on (as if freed and allocated again at the same address). */
+RK_MPI_HIDDEN void rk_stg_fake_ipc(int fd);
+RK_MPI_HIDDEN void rk_stg_fake_ipc_renew(void);
+
+#endif
