@@ -397,6 +397,7 @@ static cudaEvent_t ev_get(void)
  * rank of the node uses this GPU (rk_stg_shared_gpu); with a GPU of its
  * own a rank copies as before. */
 int rk_stg_shared_gpu;
+size_t rk_stg_hdr_min = RK_STG_BIG + 1;
 #if HAVE_GPU && !HAVE_HIP
 #include <cuda.h>
 #define SMALL_WRITES_MAX 128
@@ -415,8 +416,10 @@ static int small_ready(void)
     if (small_state == 0) {
         void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
         cu_batch = h ? (cu_batch_fn)(uintptr_t)dlsym(h, "cuStreamBatchMemOp_v2") : NULL;
+        rk_obs_internal_depth++; /* rankmem's own memory, not the program's */
         int ok = cudaMalloc(&warm_dev, WARM_BYTES) == cudaSuccess;
         ok = ok && cudaMallocHost(&warm_host, WARM_BYTES) == cudaSuccess;
+        rk_obs_internal_depth--;
         if (!ok)
             (void)cudaGetLastError();
         __atomic_store_n(&small_state, ok ? 1 : -1, __ATOMIC_RELEASE);

@@ -35,6 +35,15 @@
  * every rank whatever the chunk size, because the receiver decides from it
  * which host receives may meet a header. */
 #define RK_STG_BIG ((size_t)256 << 10)
+/* A contiguous device message of at least RK_STG_IPC_MIN bytes to a rank of
+ * the node goes through CUDA IPC when the node has it (staging_ipc.h): a
+ * header, then the receiver copies. Below it, a message and its two copies
+ * cost less than the header, descriptor and answer. */
+#define RK_STG_IPC_MIN ((size_t)64 << 10)
+/* Host receives of at least this many bytes may meet a header: more than
+ * RK_STG_BIG, or RK_STG_IPC_MIN when some rank of the job uses CUDA IPC.
+ * Written once, in MPI_Init (the same on every rank). */
+RK_MPI_HIDDEN extern size_t rk_stg_hdr_min;
 #define RK_STG_HDR_BYTES 32
 /* Segments in flight per blocking pipelined call (each one pinned slot). */
 #define RK_STG_DEPTH 4
@@ -216,7 +225,7 @@ static inline int rk_stg_big_recv(int count, MPI_Datatype dt)
     int sz = 0;
     if (PMPI_Type_size(dt, &sz) != MPI_SUCCESS || sz <= 0)
         return 0;
-    return (size_t)count * (size_t)sz > RK_STG_BIG;
+    return (size_t)count * (size_t)sz >= rk_stg_hdr_min;
 }
 
 /* The test backend (tests/mpi_staging): a host region that detection calls

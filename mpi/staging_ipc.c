@@ -14,6 +14,7 @@
  * mapped at the fake region; a peer "maps" it through /proc/PID/fd/FD. */
 #define _GNU_SOURCE
 #include "staging_ipc.h"
+#include "recorder.h"
 #include "staging_internal.h"
 
 #include <dlfcn.h>
@@ -406,7 +407,10 @@ static void *probe_alloc(void)
 #if RK_IPC_CUDA
     void *p = NULL;
     int prev = dev_enter();
-    if (cudaMalloc(&p, 4096) != cudaSuccess) {
+    rk_obs_internal_depth++; /* rankmem's own memory, not the program's */
+    cudaError_t e = cudaMalloc(&p, 4096);
+    rk_obs_internal_depth--;
+    if (e != cudaSuccess) {
         (void)cudaGetLastError();
         p = NULL;
     }
@@ -425,7 +429,9 @@ static void probe_free(void *p)
         return;
 #if RK_IPC_CUDA
     int prev = dev_enter();
+    rk_obs_internal_depth++;
     cudaFree(p);
+    rk_obs_internal_depth--;
     dev_leave(prev);
 #endif
 }
@@ -539,8 +545,12 @@ void rk_ipc_init(int mode, int cache, int stg_on)
      * alone on its node, or one that does not stage, is no refusal. */
     int wanted = mode != 2 && stg_on && nn > 1;
     int refused = wanted && !rk_ipc_on && (mode == 1 || why[0]) ? 1 : 0;
-    int lead = nr == 0 ? refused : 0, nodes[2] = {lead, nr == 0}, sum[2] = {0, 0};
-    PMPI_Allreduce(nodes, sum, 2, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int lead = nr == 0 ? refused : 0, nodes[3] = {lead, nr == 0, rk_ipc_on}, sum[3] = {0, 0, 0};
+    PMPI_Allreduce(nodes, sum, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    /* Some rank sends through IPC: every host receive from its size on may
+     * meet a header. */
+    if (sum[2] > 0)
+        rk_stg_hdr_min = RK_STG_IPC_MIN;
     /* The first reason, from the lowest world rank that has one. */
     int cand = refused && why[0] ? me : world_size, first = world_size;
     PMPI_Allreduce(&cand, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);

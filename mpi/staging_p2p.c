@@ -854,9 +854,15 @@ static int deliver(void *buf, int count, MPI_Datatype dt, int dev, const void *t
  * done; release *mapped after it) or failed (*err). ACK_SEND_DATA: the
  * peer's memory cannot be mapped here, the sender must send the bytes.
  * ACK_NONE: nothing to take (*err: truncation, a bad descriptor). */
+/* On a GPU shared with another rank, a device-to-device copy waits for
+ * the GPU to switch between the processes' contexts (~145 us on the H100
+ * machine, docs/staging.md); two copies through pinned memory take the copy
+ * engines instead. Below this size that is the faster way. */
+#define IPC_BOUNCE_MAX ((size_t)4 << 20)
+
 static int ipc_take(void *buf, int count, MPI_Datatype dt, int dev, const rk_stg_layout_t *L,
                     const rk_ipc_desc_t *d, size_t total, MPI_Comm comm, int wait_ok, void **ev,
-                    void **mapped, size_t *copied, int *err)
+                    void **mapped, rk_stg_buf_t *bounce, size_t *copied, int *err)
 {
     *ev = NULL;
     *mapped = NULL;
@@ -878,6 +884,15 @@ static int ipc_take(void *buf, int count, MPI_Datatype dt, int dev, const rk_stg
         /* Device to device (or to the user's host buffer), on the stream
          * of the direction the destination takes. */
         *mapped = p;
+        if (dev && rk_stg_shared_gpu && total < IPC_BOUNCE_MAX &&
+            rk_stg_buf_get(total, wait_ok, bounce) == 0) {
+            /* Both on one stream: in order, no event between them. */
+            if (rk_stg_copy(bounce->ptr, p, total, RK_STG_D2D, NULL) != 0 ||
+                rk_stg_copy(buf, bounce->ptr, total, RK_STG_D2D, ev) != 0)
+                *err = MPI_ERR_OTHER;
+            *copied += total;
+            return ACK_DONE;
+        }
         if (rk_stg_copy(buf, p, total, dev ? RK_STG_D2D : RK_STG_D2H, ev) != 0)
             *err = MPI_ERR_OTHER;
         return ACK_DONE;
@@ -935,7 +950,7 @@ static void ipc_recv_advance(req_t *r)
             return;
         int err = MPI_SUCCESS;
         r->ack = ipc_take(r->ubuf, r->count, r->dt, r->dev, &r->L, &r->desc, r->total, r->comm, 0,
-                          &r->evs[0], &r->mapped, &r->copied, &err);
+                          &r->evs[0], &r->mapped, &r->pk, &r->copied, &err);
         if (err != MPI_SUCCESS)
             r->err = err;
         r->state = S_IPC_ACK;
@@ -950,6 +965,8 @@ static void ipc_recv_advance(req_t *r)
         r->evs[0] = NULL;
         rk_ipc_release(r->mapped);
         r->mapped = NULL;
+        if (r->pk.kind)
+            rk_stg_buf_put(&r->pk); /* the bounce buffer */
         MPI_Comm wc = rk_stg_comm();
         if (r->ack == ACK_SEND_DATA) {
             if (rk_stg_buf_get(r->total, 0, &r->pk) != 0) {
@@ -1262,10 +1279,11 @@ static int send_post(req_t *r, const void *buf, int dest, int tag, int mode, int
 {
     int rc;
     int wdest = -1;
+    if (r->L.contig && r->L.size >= RK_STG_IPC_MIN && mode != M_BSEND && rk_ipc_on &&
+        (wdest = to_world(r->comm, dest)) >= 0 && ipc_send_post(r, buf, dest, wdest, tag, mode, &rc))
+        return rc;
     int pipelined = r->L.contig && r->L.size > RK_STG_BIG && mode != M_BSEND &&
                     (wdest = to_world(r->comm, dest)) >= 0;
-    if (pipelined && ipc_send_post(r, buf, dest, wdest, tag, mode, &rc))
-        return rc;
     if (!pipelined) {
         if (stage_in_all(r, buf, wait_ok) != 0)
             return staging_error(r->comm, "cannot stage a send");
@@ -1407,24 +1425,8 @@ static int send_dev(const void *buf, int count, MPI_Datatype dt, int dest, int t
     int rc = rk_stg_layout(dt, 0, count, &L);
     if (rc != MPI_SUCCESS)
         return rc;
-    if (L.contig && L.size <= RK_STG_BIG && mode != M_BSEND && !pending_now()) {
-        /* Small and contiguous: one copy, then MPI's own blocking send (no
-         * request to make, poll and free: latency is what counts here). */
-        rk_stg_buf_t hb;
-        if (rk_stg_buf_get(L.size, 1, &hb) != 0)
-            return staging_error(comm, "out of memory for a send");
-        if (L.size && rk_stg_copy_sync(hb.ptr, (const char *)buf + L.lo, L.size, RK_STG_D2H)) {
-            rk_stg_buf_put(&hb);
-            return staging_error(comm, "cannot stage a send");
-        }
-        rc = mode == M_SSEND ? PMPI_Ssend(hb.ptr - L.lo, count, dt, dest, tag, comm)
-                             : PMPI_Send(hb.ptr - L.lo, count, dt, dest, tag, comm);
-        rk_stg_buf_put(&hb);
-        rk_stg_count(L.size, rk_stg_now() - t0);
-        return rc;
-    }
     int wdest;
-    if (L.contig && L.size > RK_STG_BIG && mode != M_BSEND &&
+    if (L.contig && L.size >= RK_STG_IPC_MIN && mode != M_BSEND && rk_ipc_on &&
         (wdest = to_world(comm, dest)) >= 0 && rk_ipc_reaches(wdest)) {
         req_t *r = req_new(K_SEND, (void *)buf, count, dt, comm);
         if (!r)
@@ -1442,6 +1444,22 @@ static int send_dev(const void *buf, int count, MPI_Datatype dt, int dest, int t
             return wait_send(r);
         }
         req_release(r);
+    }
+    if (L.contig && L.size <= RK_STG_BIG && mode != M_BSEND && !pending_now()) {
+        /* Small and contiguous: one copy, then MPI's own blocking send (no
+         * request to make, poll and free: latency is what counts here). */
+        rk_stg_buf_t hb;
+        if (rk_stg_buf_get(L.size, 1, &hb) != 0)
+            return staging_error(comm, "out of memory for a send");
+        if (L.size && rk_stg_copy_sync(hb.ptr, (const char *)buf + L.lo, L.size, RK_STG_D2H)) {
+            rk_stg_buf_put(&hb);
+            return staging_error(comm, "cannot stage a send");
+        }
+        rc = mode == M_SSEND ? PMPI_Ssend(hb.ptr - L.lo, count, dt, dest, tag, comm)
+                             : PMPI_Send(hb.ptr - L.lo, count, dt, dest, tag, comm);
+        rk_stg_buf_put(&hb);
+        rk_stg_count(L.size, rk_stg_now() - t0);
+        return rc;
     }
     if (L.contig && L.size > RK_STG_BIG && mode != M_BSEND &&
         (wdest = to_world(comm, dest)) >= 0) {
@@ -1558,11 +1576,15 @@ static int recv_ipc(void *buf, int count, MPI_Datatype dt, int dev, const hdr_t 
         return mrc;
     int err = MPI_SUCCESS;
     void *ev = NULL, *mapped = NULL;
-    int ack = ipc_take(buf, count, dt, dev, &L, &d, h->total, comm, 1, &ev, &mapped, copied, &err);
+    rk_stg_buf_t bounce = {0};
+    int ack = ipc_take(buf, count, dt, dev, &L, &d, h->total, comm, 1, &ev, &mapped, &bounce,
+                       copied, &err);
     if (ev && rk_stg_event_wait(ev) != 0)
         err = MPI_ERR_OTHER;
     rk_stg_event_put(ev);
     rk_ipc_release(mapped);
+    if (bounce.kind)
+        rk_stg_buf_put(&bounce);
     mrc = PMPI_Send(&ack, 1, MPI_INT, src, h->id, rk_ipc_ack_comm());
     if (ack == ACK_SEND_DATA && mrc == MPI_SUCCESS) {
         rk_stg_buf_t t;
