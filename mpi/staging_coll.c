@@ -15,6 +15,7 @@
  * nonblocking form of the collective is used and polled, so that this rank
  * keeps posting the segments other ranks may be waiting for. */
 #define _GNU_SOURCE
+#include "staging_coll_ipc.h"
 #include "staging_internal.h"
 
 #include <stdlib.h>
@@ -164,6 +165,9 @@ static int comm_size(MPI_Comm comm)
 
 EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
 {
+    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    if (rk_coll_ipc_bcast(buf, count, dt, root, comm, &irc))
+        return irc;
     MPI_Request creq;
     if (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(buf) && !pending_now()))
         return PMPI_Bcast(buf, count, dt, root, comm);
@@ -240,6 +244,9 @@ static int reduce_like(int kind, const void *sbuf, void *rbuf, int count, MPI_Da
 EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                       int root, MPI_Comm comm)
 {
+    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    if (rk_coll_ipc_reduce(sbuf, rbuf, count, dt, op, root, comm, &irc))
+        return irc;
     if (FAST2(sbuf, rbuf))
         return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
     return reduce_like(R_REDUCE, sbuf, rbuf, count, dt, op, root, comm);
@@ -248,6 +255,9 @@ EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, 
 EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                          MPI_Comm comm)
 {
+    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    if (rk_coll_ipc_allreduce(sbuf, rbuf, count, dt, op, comm, &irc))
+        return irc;
     if (FAST2(sbuf, rbuf))
         return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
     return reduce_like(R_ALLREDUCE, sbuf, rbuf, count, dt, op, 0, comm);
@@ -392,6 +402,9 @@ EXPORT int MPI_Scatterv(const void *sbuf, const int scounts[], const int displs[
 EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
                          int rcount, MPI_Datatype rtype, MPI_Comm comm)
 {
+    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    if (rk_coll_ipc_allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
+        return irc;
     MPI_Request creq;
     if (FAST2(sbuf, rbuf))
         return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
@@ -444,6 +457,9 @@ EXPORT int MPI_Allgatherv(const void *sbuf, int scount, MPI_Datatype stype, void
 EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
                         MPI_Datatype rtype, MPI_Comm comm)
 {
+    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    if (rk_coll_ipc_alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
+        return irc;
     MPI_Request creq;
     if (FAST2(sbuf, rbuf))
         return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);

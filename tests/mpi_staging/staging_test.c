@@ -1073,6 +1073,148 @@ static void t_coll(int mixed, size_t n)
     (void)val_one;
 }
 
+#ifdef RKT_FAKE
+/* Peer buffers mapped so far, opened or found in the cache. */
+static long ipc_maps(void)
+{
+    rk_ipc_stats_t st;
+    rk_ipc_stats(&st);
+    return (long)(st.opened + st.hits);
+}
+#endif
+
+/* Bcast, Allgather, Alltoall, Reduce and Allreduce of n ints per rank on
+ * comm, at a size from which collectives among the ranks of a node go
+ * through CUDA IPC: each result checked; in the test backend, whether the
+ * ranks mapped each other's buffers. mixed: rank 0's buffers on the host,
+ * the others' on the device (then every rank stages: nothing mapped). */
+static void t_coll_ipc(MPI_Comm comm, const char *cname, size_t n, int mixed)
+{
+    int cme = 0, cnp = 1;
+    MPI_Comm_rank(comm, &cme);
+    MPI_Comm_size(comm, &cnp);
+    int k = mixed && cme == 0 ? HOST : DEV;
+    const char *mk = mixed ? "rank 0 host, others device" : "device";
+    size_t all = n * (size_t)cnp;
+#ifdef RKT_FAKE
+    long m0 = ipc_maps();
+#endif
+    int rc, ok, root = cnp - 1;
+    int *h, *hv, *s, *r;
+
+    /* Bcast from the last rank */
+    g_rank = root;
+    s = ibuf(k, n, cme == root ? val_rank : NULL, NULL);
+    rc = MPI_Bcast(s, (int)n, MPI_INT, root, comm);
+    h = back(k, s, n);
+    ok = rc == MPI_SUCCESS;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = h[i] == val_rank(i);
+    free(h);
+    xfree(k, s);
+    mok(ok, "%s: Bcast of %zu ints (%s)", cname, n, mk);
+    g_rank = cme;
+
+    /* Allgather; in place, this rank's block is already in the receive buffer */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        s = ibuf(k, n, val_rank, &hv);
+        r = xalloc(k, all * sizeof(int));
+        set(k, r, all * sizeof(int), 0xff);
+        if (inplace)
+            to_buf(k, r + (size_t)cme * n, hv, n * sizeof(int));
+        rc = MPI_Allgather(inplace ? MPI_IN_PLACE : s, (int)n, MPI_INT, r, (int)n, MPI_INT, comm);
+        h = back(k, r, all);
+        ok = rc == MPI_SUCCESS;
+        for (int q = 0; q < cnp && ok; q++)
+            for (size_t i = 0; i < n && ok; i++)
+                ok = h[(size_t)q * n + i] == q * 100000 + (int)(i % 100000);
+        free(h);
+        free(hv);
+        xfree(k, s);
+        xfree(k, r);
+        mok(ok, "%s: Allgather%s of %zu ints per rank (%s)", cname, inplace ? " (IN_PLACE)" : "",
+            n, mk);
+    }
+
+    /* Alltoall: block q of rank p's send buffer is block p of rank q's receive buffer */
+    hv = malloc(all * sizeof(int));
+    for (int q = 0; q < cnp; q++)
+        for (size_t i = 0; i < n; i++)
+            hv[(size_t)q * n + i] = cme * 1000 + q * 10 + (int)(i % 10);
+    s = xalloc(k, all * sizeof(int));
+    to_buf(k, s, hv, all * sizeof(int));
+    r = xalloc(k, all * sizeof(int));
+    set(k, r, all * sizeof(int), 0xff);
+    rc = MPI_Alltoall(s, (int)n, MPI_INT, r, (int)n, MPI_INT, comm);
+    h = back(k, r, all);
+    ok = rc == MPI_SUCCESS;
+    for (int p = 0; p < cnp && ok; p++)
+        for (size_t i = 0; i < n && ok; i++)
+            ok = h[(size_t)p * n + i] == p * 1000 + cme * 10 + (int)(i % 10);
+    free(h);
+    free(hv);
+    xfree(k, s);
+    xfree(k, r);
+    mok(ok, "%s: Alltoall of %zu ints per rank (%s)", cname, n, mk);
+
+    /* Reduce to rank 0 and Allreduce, sums of ints; in place too */
+    for (int inplace = 0; inplace < 2; inplace++) {
+        s = ibuf(k, n, val_rank, NULL);
+        r = ibuf(k, n, inplace ? val_rank : NULL, NULL);
+        rc = MPI_Reduce(inplace && cme == 0 ? MPI_IN_PLACE : inplace ? r : s, r, (int)n, MPI_INT,
+                        MPI_SUM, 0, comm);
+        ok = rc == MPI_SUCCESS;
+        if (cme == 0) {
+            h = back(k, r, n);
+            for (size_t i = 0; i < n && ok; i++)
+                ok = h[i] == sum_ranks(i, cnp);
+            free(h);
+        }
+        mok(ok, "%s: Reduce%s of %zu ints (%s)", cname, inplace ? " (IN_PLACE)" : "", n, mk);
+        xfree(k, r);
+        r = ibuf(k, n, inplace ? val_rank : NULL, NULL);
+        rc = MPI_Allreduce(inplace ? MPI_IN_PLACE : s, r, (int)n, MPI_INT, MPI_SUM, comm);
+        h = back(k, r, n);
+        ok = rc == MPI_SUCCESS;
+        for (size_t i = 0; i < n && ok; i++)
+            ok = h[i] == sum_ranks(i, cnp);
+        free(h);
+        xfree(k, s);
+        xfree(k, r);
+        mok(ok, "%s: Allreduce%s of %zu ints (%s)", cname, inplace ? " (IN_PLACE)" : "", n, mk);
+    }
+
+    /* Allreduce MAX of doubles */
+    double *hd = malloc(n * sizeof(double)), *ds = xalloc(k, n * sizeof(double)),
+           *dr = xalloc(k, n * sizeof(double));
+    for (size_t i = 0; i < n; i++)
+        hd[i] = (double)((cme * 7919 + (int)i) % cnp) + 0.5 * (double)i;
+    to_buf(k, ds, hd, n * sizeof(double));
+    rc = MPI_Allreduce(ds, dr, (int)n, MPI_DOUBLE, MPI_MAX, comm);
+    from_buf(k, hd, dr, n * sizeof(double));
+    ok = rc == MPI_SUCCESS;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = hd[i] == (double)(cnp - 1) + 0.5 * (double)i;
+    free(hd);
+    xfree(k, ds);
+    xfree(k, dr);
+    mok(ok, "%s: Allreduce MAX of %zu doubles (%s)", cname, n, mk);
+
+#ifdef RKT_FAKE
+    long d = ipc_maps() - m0, mn = 0, mx = 0;
+    MPI_Allreduce(&d, &mn, 1, MPI_LONG, MPI_MIN, comm);
+    MPI_Allreduce(&d, &mx, 1, MPI_LONG, MPI_MAX, comm);
+    if (!rk_ipc_on || cnp < 2)
+        mdiag("%s: IPC off or one rank: the mappings were not counted", cname);
+    else if (mixed)
+        mok(mx == 0, "%s: a rank with host buffers: every rank staged (%ld mappings)", cname, mx);
+    else
+        mok(mn >= 7, "%s: the collectives went through IPC (each rank mapped peers' buffers at "
+                     "least 7 times: min %ld)", cname, mn);
+#endif
+    dev_reset();
+}
+
 /* ---- the host fast path's cost (staging active, host buffers) ---- */
 
 static double ns_per(int *x, int wrapped, int recv, int iters)
@@ -1248,6 +1390,20 @@ int main(int argc, char **argv)
         for (size_t i = 0; i < sizeof csz / sizeof csz[0]; i++) {
             t_coll(host_only ? -1 : mixed, csz[i] ? csz[i] : 1);
         }
+    if (!host_only && max_bytes >= ((size_t)600 << 10)) {
+        /* 300 KiB and a bit per rank: slices of uneven sizes. */
+        size_t n = ((size_t)300 << 10) / sizeof(int) + 13;
+        t_coll_ipc(MPI_COMM_WORLD, "world", n, 0);
+        t_coll_ipc(MPI_COMM_WORLD, "world", n, 1);
+        MPI_Comm dup, half;
+        MPI_Comm_dup(MPI_COMM_WORLD, &dup);
+        t_coll_ipc(dup, "world's duplicate", n, 0);
+        MPI_Comm_free(&dup);
+        /* Ranks in reverse order of the world's. */
+        MPI_Comm_split(MPI_COMM_WORLD, me < np / 2, np - me, &half);
+        t_coll_ipc(half, "half of world, reversed", n, 0);
+        MPI_Comm_free(&half);
+    }
 #ifdef RKT_FAKE
     uint64_t sb = 0, sm = 0, sns = 0;
     rk_mpi_staging_counters(&sb, &sm, &sns);
