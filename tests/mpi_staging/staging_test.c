@@ -1218,6 +1218,47 @@ static void t_coll_ipc(MPI_Comm comm, const char *cname, size_t n, int mixed)
     dev_reset();
 }
 
+/* Calls the IPC path must leave to the staged path, on every rank alike: a
+ * root out of range (MPI's error, errors returned, no hang) and a derived
+ * datatype (the data right, nothing mapped). */
+static void t_coll_ipc_fallback(size_t n)
+{
+    MPI_Comm c;
+    MPI_Comm_dup(MPI_COMM_WORLD, &c);
+    MPI_Comm_set_errhandler(c, MPI_ERRORS_RETURN);
+    g_rank = me;
+    int *s = ibuf(DEV, n, val_rank, NULL);
+    int rc = MPI_Bcast(s, (int)n, MPI_INT, np + 3, c);
+    mok(rc != MPI_SUCCESS, "Bcast of %zu device ints from root %d of %d ranks: an error (%d)", n,
+        np + 3, np, rc);
+#ifdef RKT_FAKE
+    long m0 = ipc_maps();
+#endif
+    MPI_Datatype two;
+    MPI_Type_contiguous(2, MPI_INT, &two);
+    MPI_Type_commit(&two);
+    int *r = xalloc(DEV, n * (size_t)np * sizeof(int));
+    rc = MPI_Allgather(s, (int)(n / 2), two, r, (int)(n / 2), two, c);
+    int *h = back(DEV, r, n * (size_t)np);
+    int ok = rc == MPI_SUCCESS;
+    for (int q = 0; q < np && ok; q++)
+        for (size_t i = 0; i < n / 2 * 2 && ok; i++)
+            ok = h[(size_t)q * (n / 2 * 2) + i] == q * 100000 + (int)(i % 100000);
+    free(h);
+    MPI_Type_free(&two);
+    mok(ok, "Allgather of %zu device ints per rank as pairs (a derived datatype): staged, right",
+        n / 2 * 2);
+#ifdef RKT_FAKE
+    long d = ipc_maps() - m0, mx = 0;
+    MPI_Allreduce(&d, &mx, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+    mok(mx == 0, "... and no rank mapped a peer's buffer (%ld)", mx);
+#endif
+    MPI_Comm_free(&c);
+    xfree(DEV, s);
+    xfree(DEV, r);
+    dev_reset();
+}
+
 /* ---- the host fast path's cost (staging active, host buffers) ---- */
 
 static double ns_per(int *x, int wrapped, int recv, int iters)
@@ -1410,6 +1451,7 @@ int main(int argc, char **argv)
         MPI_Comm_split(MPI_COMM_WORLD, me < np / 2, np - me, &half);
         t_coll_ipc(half, "half of world, reversed", n, 0);
         MPI_Comm_free(&half);
+        t_coll_ipc_fallback(n);
     }
 #ifdef RKT_FAKE
     uint64_t sb = 0, sm = 0, sns = 0;
