@@ -564,11 +564,21 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                         "device messages between them go through host memory",
                         sum[0] ? sum[0] : 1, sum[1], sum[1] == 1 ? "" : "s", why);
     }
+    /* Ranks sharing a GPU without MPS pay a context switch on small copies
+     * (docs/staging.md): say whether MPS's control pipe is there. */
+    const char *mps_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char mps_path[512];
+    snprintf(mps_path, sizeof mps_path, "%s/control", mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
+    int mps = access(mps_path, F_OK) == 0;
     rk_mpi_verbose("staging: CUDA IPC %s (RANKMEM_STAGING_IPC=%s, %d rank%s on this node, cache "
-                   "of %d mappings)%s",
+                   "of %d mappings)%s%s",
                    rk_ipc_on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off", nn,
                    nn == 1 ? "" : "s", cache_max,
-                   rk_stg_shared_gpu ? "; the GPU is shared with another rank of the node" : "");
+                   rk_stg_shared_gpu ? "; the GPU is shared with another rank of the node, " : "",
+                   !rk_stg_shared_gpu ? ""
+                   : mps           ? "under MPS"
+                                   : "without MPS (small device messages pay the GPU's context "
+                                     "switches: docs/staging.md)");
     PMPI_Comm_free(&node);
 }
 
