@@ -3,11 +3,14 @@
  * MPIX_Query_rocm_support, MPICH's MPIX_Query_cuda_support,
  * MPIX_Query_hip_support and MPIX_GPU_query_support) get yes while this rank
  * stages its device buffers, since any device buffer they pass to MPI is
- * then handled. Otherwise the MPI library's own answer (its function, found
- * with dlsym(RTLD_NEXT, ...)), or 0 when it has none: before MPI_Init,
- * after MPI_Finalize, with staging off (an MPI that is CUDA-aware itself
+ * then handled. Otherwise, between MPI_Init and MPI_Finalize, the MPI
+ * library's own answer (its function, found with dlsym(RTLD_NEXT, ...)), or
+ * 0 when it has none: with staging off (an MPI that is CUDA-aware itself
  * answers yes), and for the other vendor's GPUs, which staging does not
- * detect. docs/staging.md, "Run-time CUDA-awareness queries".
+ * detect. Before MPI_Init and after MPI_Finalize, 0 without asking: MPICH
+ * aborts the process when its query is called then, and Open MPI documents
+ * its own as valid only after MPI_Init. docs/staging.md, "Run-time
+ * CUDA-awareness queries".
  *
  * The compile-time macro (MPIX_CUDA_AWARE_SUPPORT in Open MPI's mpi-ext.h)
  * belongs to the MPI's headers and cannot be changed from here.
@@ -69,8 +72,18 @@ static void *next_symbol(const char *name, void *self)
     return f == self ? NULL : f;
 }
 
+/* Between MPI_Init and MPI_Finalize (both queries are valid at any time). */
+static int mpi_live(void)
+{
+    int init = 0, fini = 0;
+    return PMPI_Initialized(&init) == MPI_SUCCESS && init && PMPI_Finalized(&fini) == MPI_SUCCESS &&
+           !fini;
+}
+
 static int ask_mpi(const char *name, _Atomic(uintptr_t) *cache, void *self)
 {
+    if (!mpi_live())
+        return 0;
     uintptr_t f = atomic_load_explicit(cache, memory_order_acquire);
     if (f == 0) {
         void *p = next_symbol(name, self);
@@ -116,6 +129,10 @@ int MPIX_GPU_query_support(int gpu_type, int *is_supported)
     if (handles_device() && ((RK_MPIX_CUDA && gpu_type == MPIX_GPU_SUPPORT_CUDA) ||
                              (RK_MPIX_HIP && gpu_type == MPIX_GPU_SUPPORT_HIP))) {
         *is_supported = 1;
+        return MPI_SUCCESS;
+    }
+    if (!mpi_live()) {
+        *is_supported = 0;
         return MPI_SUCCESS;
     }
     uintptr_t f = atomic_load_explicit(&next_gpu, memory_order_acquire);
