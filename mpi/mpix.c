@@ -41,9 +41,9 @@
 #define RK_MPIX_HIP 0
 #endif
 
-/* MPICH names its GPU kinds in mpi.h (macros in 4.0 to 4.2); other MPIs
- * have no such constants, and guessing their numbers could answer yes for
- * the wrong GPU, so MPIX_GPU_query_support exists only against MPICH. */
+/* MPICH defines its GPU kinds in mpi.h, as macros; other MPIs have no such
+ * constants, and guessing their numbers could answer yes for the wrong GPU,
+ * so MPIX_GPU_query_support exists only against MPICH. */
 #if defined(MPICH_NUMVERSION) && defined(MPIX_GPU_SUPPORT_CUDA) && defined(MPIX_GPU_SUPPORT_HIP)
 #define RK_MPIX_GPU_QUERY 1
 #else
