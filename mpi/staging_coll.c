@@ -32,7 +32,7 @@ static int is_dev(const void *p) { return p != MPI_IN_PLACE && p != NULL && rk_s
 /* One collective's arguments as the user gave them (each call reads the
  * ones it has; a Bcast's buffer is rbuf). */
 typedef struct {
-    int kind; /* the reductions: which one */
+    int kind; /* which reduction (R_*, RS_*) */
     const void *sbuf;
     void *rbuf;
     int scount, rcount;
@@ -248,7 +248,7 @@ EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm c
     coll_t a = {.rbuf = buf, .rcount = count, .rtype = dt, .root = root, .comm = comm};
     if (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(buf) && !pending_now()))
         return bcast_call(&a, NULL, buf, NULL);
-    if (!is_dev(buf))
+    if (!is_dev(buf)) /* a host buffer while receives wait: polled, not staged */
         return invoke(bcast_call, &a, NULL, buf);
     int me = comm_rank(comm);
     spec_t s = whole(0, dt, 0, 0), r = whole(1, dt, count, me == root);
