@@ -820,44 +820,44 @@ static int size_option(const char *name, size_t lo, size_t hi, size_t *out, char
     return 0;
 }
 
-/* Does the MPI library take device pointers itself? */
+/* Does the MPI library take device pointers itself? Open MPI's extension
+ * query, else MPICH's, for the GPU kind of this build. */
 #if HAVE_HIP
 #define RK_STG_AWARE "ROCm-aware"
-static int mpi_cuda_aware(const char **how)
-{
 #if defined(OMPI_HAVE_MPI_EXT_ROCM) && OMPI_HAVE_MPI_EXT_ROCM
-    *how = "MPIX_Query_rocm_support";
-    return MPIX_Query_rocm_support() == 1;
-#elif defined(MPICH_NUMVERSION) && defined(MPIX_GPU_SUPPORT_HIP)
-    int yes = 0;
-    *how = "MPIX_GPU_query_support";
-    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_HIP, &yes) != MPI_SUCCESS)
-        return 0;
-    return yes != 0;
-#else
-    *how = "no query in this MPI: assumed not ROCm-aware";
-    return 0;
+#define RK_STG_OMPI_QUERY MPIX_Query_rocm_support
+#define RK_STG_OMPI_NAME "MPIX_Query_rocm_support"
 #endif
-}
+#if defined(MPIX_GPU_SUPPORT_HIP)
+#define RK_STG_MPICH_KIND MPIX_GPU_SUPPORT_HIP
+#endif
 #else
 #define RK_STG_AWARE "CUDA-aware"
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+#define RK_STG_OMPI_QUERY MPIX_Query_cuda_support
+#define RK_STG_OMPI_NAME "MPIX_Query_cuda_support"
+#endif
+#if defined(MPIX_GPU_SUPPORT_CUDA)
+#define RK_STG_MPICH_KIND MPIX_GPU_SUPPORT_CUDA
+#endif
+#endif
+
 static int mpi_cuda_aware(const char **how)
 {
-#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
-    *how = "MPIX_Query_cuda_support";
-    return MPIX_Query_cuda_support() == 1;
-#elif defined(MPICH_NUMVERSION) && defined(MPIX_GPU_SUPPORT_CUDA)
+#if defined(RK_STG_OMPI_QUERY)
+    *how = RK_STG_OMPI_NAME;
+    return RK_STG_OMPI_QUERY() == 1;
+#elif defined(MPICH_NUMVERSION) && defined(RK_STG_MPICH_KIND)
     int yes = 0;
     *how = "MPIX_GPU_query_support";
-    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) != MPI_SUCCESS)
+    if (MPIX_GPU_query_support(RK_STG_MPICH_KIND, &yes) != MPI_SUCCESS)
         return 0;
     return yes != 0;
 #else
-    *how = "no query in this MPI: assumed not CUDA-aware";
+    *how = "no query in this MPI: assumed not " RK_STG_AWARE;
     return 0;
 #endif
 }
-#endif
 
 void rk_mpi_staging_init(void)
 {
