@@ -51,6 +51,17 @@ static uint64_t fake_gen = 1;
 
 void rk_stg_fake_ipc(int fd) { fake_fd = fd; }
 
+/* Test backend: refuse every nth mapping from now on (the fallback that
+ * asks the sender for the data). */
+static int fake_fail_every, fake_fail_count;
+void rk_stg_fake_ipc_fail(int every)
+{
+    pthread_mutex_lock(&lock);
+    fake_fail_every = every;
+    fake_fail_count = 0;
+    pthread_mutex_unlock(&lock);
+}
+
 void rk_stg_fake_ipc_renew(void)
 {
     pthread_mutex_lock(&lock);
@@ -235,6 +246,10 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
     if (fake_fd >= 0) {
         fake_handle_t h;
         memcpy(&h, d->handle, sizeof h);
+        if (fake_fail_every > 0 && ++fake_fail_count % fake_fail_every == 0) {
+            snprintf(why, len, "the test backend refused it on purpose");
+            return NULL;
+        }
         if (memcmp(h.tag, "rkfake", 7) != 0) {
             snprintf(why, len, "not a handle of the test backend");
             return NULL;
@@ -346,6 +361,7 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
     }
     if (!p) {
         static int told;
+        stats.refused_maps++;
         if (!told++)
             rk_mpi_warn("staging: cannot map rank %d's device memory (%s): its messages to this "
                         "rank are staged instead",
