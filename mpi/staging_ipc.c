@@ -480,12 +480,22 @@ void rk_ipc_init(int mode, int cache, int stg_on)
     }
 #endif
     char *buses = calloc((size_t)nn, sizeof bus);
+    int shared = 0;
     if (buses && PMPI_Allgather(bus, (int)sizeof bus, MPI_CHAR, buses, (int)sizeof bus, MPI_CHAR,
                                 node) == MPI_SUCCESS && bus[0])
         for (int i = 0; i < nn; i++)
             if (i != nr && strncmp(buses + (size_t)i * sizeof bus, bus, sizeof bus) == 0)
-                rk_stg_shared_gpu = 1;
+                shared = 1;
     free(buses);
+    /* Ranks sharing a GPU without MPS pay a context switch on small copies
+     * (docs/staging.md); under MPS (its control pipe is there) they share
+     * one context and plain copies are best. */
+    const char *mps_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char mps_path[512];
+    snprintf(mps_path, sizeof mps_path, "%s/control",
+             mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
+    int mps = access(mps_path, F_OK) == 0;
+    rk_stg_shared_gpu = shared && !mps;
     /* can: this rank takes part (wants IPC, stages, has a way to export). */
     int can = mode != 2 && stg_on && nn > 1;
     if (can && fake && fake_fd < 0)
@@ -580,18 +590,12 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                         "device messages between them go through host memory",
                         sum[0] ? sum[0] : 1, sum[1], sum[1] == 1 ? "" : "s", why);
     }
-    /* Ranks sharing a GPU without MPS pay a context switch on small copies
-     * (docs/staging.md): say whether MPS's control pipe is there. */
-    const char *mps_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-    char mps_path[512];
-    snprintf(mps_path, sizeof mps_path, "%s/control", mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
-    int mps = access(mps_path, F_OK) == 0;
     rk_mpi_verbose("staging: CUDA IPC %s (RANKMEM_STAGING_IPC=%s, %d rank%s on this node, cache "
                    "of %d mappings)%s%s",
                    rk_ipc_on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off", nn,
                    nn == 1 ? "" : "s", cache_max,
-                   rk_stg_shared_gpu ? "; the GPU is shared with another rank of the node, " : "",
-                   !rk_stg_shared_gpu ? ""
+                   shared ? "; the GPU is shared with another rank of the node, " : "",
+                   !shared ? ""
                    : mps           ? "under MPS"
                                    : "without MPS (small device messages pay the GPU's context "
                                      "switches: docs/staging.md)");
