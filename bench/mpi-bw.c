@@ -17,8 +17,9 @@
  *                export: the plugin stages it through pinned memory
  *   D-D naive    cudaMemcpy to pageable host memory, MPI, cudaMemcpy back
  *   D2D copy     cudaMemcpyAsync from rank 0's buffer to another on rank 1's
- *                device (cudaMemcpyPeerAsync when that is another device):
- *                what one copy through IPC can reach
+ *                device (cudaMemcpyPeerAsync with peer access when that is
+ *                another device), by one process: what one copy through IPC
+ *                can reach
  *   H-H          pageable host buffers, plain MPI
  *   pinned copy  cudaMemcpyAsync between the device and pinned memory */
 #define _GNU_SOURCE
@@ -278,6 +279,12 @@ int main(int argc, char **argv)
             CK(cudaSetDevice(peerdev));
             CK(cudaMalloc((void **)&other, hi));
             CK(cudaSetDevice(devnum));
+            /* Peer access, as an IPC mapping opened with lazy peer access
+             * has it (without it cudaMemcpyPeer goes through host memory). */
+            int can = 0;
+            if (cudaDeviceCanAccessPeer(&can, devnum, peerdev) == cudaSuccess && can &&
+                cudaDeviceEnablePeerAccess(peerdev, 0) != cudaSuccess)
+                (void)cudaGetLastError(); /* already enabled */
         } else {
             CK(cudaMalloc((void **)&other, hi));
         }

@@ -389,8 +389,8 @@ static cudaEvent_t ev_get(void)
  * processes' contexts, about 145 us a switch, while device-to-host copies
  * and host-to-device copies from 32 KiB take the copy engines and switch in
  * microseconds. A device message under 32 KiB paid one such switch per
- * hop: 152 us. Two ways around it, measured there: up to 128 bytes in
- * words of 4 or 8 bytes, the stream writes the values itself
+ * hop: 152 us. Two ways around it, measured there: up to 1 KiB in words
+ * of 4 or 8 bytes, the stream writes the values itself
  * (cuStreamBatchMemOp: 7 us for 8 B, 11 us for 64 B, 0.7 us a word); from
  * 4 KiB, a 32 KiB copy into scratch memory queued first takes the copy
  * engine's path for the copy behind it (12 us at 4 KiB). Only when another
@@ -400,7 +400,8 @@ int rk_stg_shared_gpu;
 size_t rk_stg_hdr_min = RK_STG_BIG + 1;
 #if HAVE_GPU && !HAVE_HIP
 #include <cuda.h>
-#define SMALL_WRITES_MAX 128
+#define SMALL_WRITES_MAX 1024
+#define BATCH_MAX 128 /* operations per cuStreamBatchMemOp call (the driver takes up to 255) */
 #define WARM_BYTES 32768
 typedef CUresult (*cu_batch_fn)(CUstream, unsigned, CUstreamBatchMemOpParams *, unsigned);
 static cu_batch_fn cu_batch;
@@ -452,11 +453,20 @@ static cudaError_t small_h2d(void *dst, const void *src, size_t n, cudaStream_t 
                 off += 4;
             }
         }
-        if (cu_batch((CUstream)s, k, ops, 0) == CUDA_SUCCESS) {
-            *taken = 1;
-            return cudaSuccess;
+        CUresult r = CUDA_SUCCESS;
+        unsigned done = 0;
+        while (done < k && r == CUDA_SUCCESS) {
+            unsigned c = k - done < BATCH_MAX ? k - done : BATCH_MAX;
+            if ((r = cu_batch((CUstream)s, c, ops + done, 0)) == CUDA_SUCCESS)
+                done += c;
         }
-        /* Refused (a driver without these operations): copy as usual. */
+        if (done > 0) {
+            /* Once a batch went in, the rest must too: a refusal after the
+             * first is an error like a failed copy's. */
+            *taken = 1;
+            return r == CUDA_SUCCESS ? cudaSuccess : cudaErrorUnknown;
+        }
+        /* Refused at once (a driver without these operations): copy as usual. */
         return cudaSuccess;
     }
     if (n >= 4096) {
@@ -820,44 +830,44 @@ static int size_option(const char *name, size_t lo, size_t hi, size_t *out, char
     return 0;
 }
 
-/* Does the MPI library take device pointers itself? */
+/* Does the MPI library take device pointers itself? Open MPI's extension
+ * query, else MPICH's, for the GPU kind of this build. */
 #if HAVE_HIP
 #define RK_STG_AWARE "ROCm-aware"
-static int mpi_cuda_aware(const char **how)
-{
 #if defined(OMPI_HAVE_MPI_EXT_ROCM) && OMPI_HAVE_MPI_EXT_ROCM
-    *how = "MPIX_Query_rocm_support";
-    return MPIX_Query_rocm_support() == 1;
-#elif defined(MPICH_NUMVERSION) && defined(MPIX_GPU_SUPPORT_HIP)
-    int yes = 0;
-    *how = "MPIX_GPU_query_support";
-    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_HIP, &yes) != MPI_SUCCESS)
-        return 0;
-    return yes != 0;
-#else
-    *how = "no query in this MPI: assumed not ROCm-aware";
-    return 0;
+#define RK_STG_OMPI_QUERY MPIX_Query_rocm_support
+#define RK_STG_OMPI_NAME "MPIX_Query_rocm_support"
 #endif
-}
+#if defined(MPIX_GPU_SUPPORT_HIP)
+#define RK_STG_MPICH_KIND MPIX_GPU_SUPPORT_HIP
+#endif
 #else
 #define RK_STG_AWARE "CUDA-aware"
+#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
+#define RK_STG_OMPI_QUERY MPIX_Query_cuda_support
+#define RK_STG_OMPI_NAME "MPIX_Query_cuda_support"
+#endif
+#if defined(MPIX_GPU_SUPPORT_CUDA)
+#define RK_STG_MPICH_KIND MPIX_GPU_SUPPORT_CUDA
+#endif
+#endif
+
 static int mpi_cuda_aware(const char **how)
 {
-#if defined(OMPI_HAVE_MPI_EXT_CUDA) && OMPI_HAVE_MPI_EXT_CUDA
-    *how = "MPIX_Query_cuda_support";
-    return MPIX_Query_cuda_support() == 1;
-#elif defined(MPICH_NUMVERSION) && defined(MPIX_GPU_SUPPORT_CUDA)
+#if defined(RK_STG_OMPI_QUERY)
+    *how = RK_STG_OMPI_NAME;
+    return RK_STG_OMPI_QUERY() == 1;
+#elif defined(MPICH_NUMVERSION) && defined(RK_STG_MPICH_KIND)
     int yes = 0;
     *how = "MPIX_GPU_query_support";
-    if (MPIX_GPU_query_support(MPIX_GPU_SUPPORT_CUDA, &yes) != MPI_SUCCESS)
+    if (MPIX_GPU_query_support(RK_STG_MPICH_KIND, &yes) != MPI_SUCCESS)
         return 0;
     return yes != 0;
 #else
-    *how = "no query in this MPI: assumed not CUDA-aware";
+    *how = "no query in this MPI: assumed not " RK_STG_AWARE;
     return 0;
 #endif
 }
-#endif
 
 void rk_mpi_staging_init(void)
 {

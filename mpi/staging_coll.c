@@ -28,15 +28,48 @@ static int pending_now(void)
     return atomic_load_explicit(&rk_stg_pending, memory_order_relaxed) != 0;
 }
 
-static int nb_wait(int rc, MPI_Request *req)
+static int is_dev(const void *p) { return p != MPI_IN_PLACE && p != NULL && rk_stg_is_device(p); }
+
+/* One collective's arguments as the user gave them (each call reads the
+ * ones it has; a Bcast's buffer is rbuf). */
+typedef struct {
+    int kind; /* which reduction (R_*, RS_*) */
+    const void *sbuf;
+    void *rbuf;
+    int scount, rcount;
+    const int *scounts, *sdispls, *rcounts, *rdispls;
+    MPI_Datatype stype, rtype;
+    MPI_Op op;
+    int root;
+    MPI_Comm comm;
+} coll_t;
+
+/* MPI's collective on the buffers s and r (the user's, or their staged
+ * copies): the blocking form when req is NULL, else the nonblocking one. */
+typedef int (*call_fn)(const coll_t *a, const void *s, void *r, MPI_Request *req);
+
+/* The blocking call, or its nonblocking twin polled while staged receives
+ * wait. */
+static int invoke(call_fn call, const coll_t *a, const void *s, void *r)
 {
-    return rc == MPI_SUCCESS ? rk_stg_wait(req, MPI_STATUS_IGNORE) : rc;
+    if (!pending_now())
+        return call(a, s, r, NULL);
+    MPI_Request creq;
+    int rc = call(a, s, r, &creq);
+    return rc == MPI_SUCCESS ? rk_stg_wait(&creq, MPI_STATUS_IGNORE) : rc;
 }
 
-/* The blocking call, or its nonblocking twin polled (creq in scope). */
-#define CALL(blocking, nonblocking) (pending_now() ? nb_wait((nonblocking), &creq) : (blocking))
-
-static int is_dev(const void *p) { return p != MPI_IN_PLACE && p != NULL && rk_stg_is_device(p); }
+/* What one side of a collective is on this rank: significant here (sig),
+ * elements [first, first + n) of dt; input: MPI reads them; dense: MPI
+ * writes every byte of the region it writes (else the region is filled
+ * from the device first); out: elements [first, first + nout) come back. */
+typedef struct {
+    int sig;
+    MPI_Datatype dt;
+    ptrdiff_t first, n;
+    int input, dense, out;
+    ptrdiff_t nout;
+} spec_t;
 
 typedef struct {
     void *u;   /* the user's buffer */
@@ -52,18 +85,15 @@ typedef struct {
     int staged, rc;
 } ctx_t;
 
-/* Stage elements [first, first + n) of dt at u (if u is device memory).
- * input: MPI reads them. dense: MPI writes every byte of the region it
- * writes (else the region is filled from the device first). */
-static void side_prep(ctx_t *c, side_t *s, const void *u, MPI_Datatype dt, ptrdiff_t first,
-                      ptrdiff_t n, int input, int dense)
+/* Stage side p of u (if significant here and u is device memory). */
+static void side_prep(ctx_t *c, side_t *s, const void *u, const spec_t *p)
 {
     memset(s, 0, sizeof *s);
     s->u = (void *)u;
     s->h = (char *)u;
-    if (c->rc != MPI_SUCCESS || !is_dev(u))
+    if (!p->sig || c->rc != MPI_SUCCESS || !is_dev(u))
         return;
-    int rc = rk_stg_layout(dt, first, n, &s->L);
+    int rc = rk_stg_layout(p->dt, p->first, p->n, &s->L);
     if (rc != MPI_SUCCESS) {
         c->rc = rc;
         return;
@@ -75,20 +105,20 @@ static void side_prep(ctx_t *c, side_t *s, const void *u, MPI_Datatype dt, ptrdi
     s->dev = 1;
     c->staged = 1;
     s->h = s->hb.ptr - s->L.lo;
-    if ((input || !dense || !s->L.contig) && s->L.span) {
+    if ((p->input || !p->dense || !s->L.contig) && s->L.span) {
         if (rk_stg_copy_sync(s->hb.ptr, (char *)u + s->L.lo, s->L.span, RK_STG_D2H) != 0)
             c->rc = MPI_ERR_OTHER;
         c->copied += s->L.span;
     }
 }
 
-/* Copy elements [first, first + n) of the staged side back to the device. */
-static void side_out(ctx_t *c, side_t *s, MPI_Datatype dt, ptrdiff_t first, ptrdiff_t n)
+/* Copy the elements p brings out of the staged side back to the device. */
+static void side_out(ctx_t *c, side_t *s, const spec_t *p)
 {
-    if (!s->dev || c->rc != MPI_SUCCESS)
+    if (!p->out || !s->dev || c->rc != MPI_SUCCESS)
         return;
     rk_stg_layout_t o;
-    if (rk_stg_layout(dt, first, n, &o) != MPI_SUCCESS || !o.span)
+    if (rk_stg_layout(p->dt, p->first, p->nout, &o) != MPI_SUCCESS || !o.span)
         return;
     if (rk_stg_copy_sync((char *)s->u + o.lo, s->hb.ptr + (o.lo - s->L.lo), o.span,
                          RK_STG_H2D) != 0)
@@ -123,6 +153,25 @@ static void vrange(int nproc, const int *counts, const int *displs, ptrdiff_t *f
     *dense = sum == *n;
 }
 
+/* A side of n elements of dt from the start, all of it out. */
+static spec_t whole(int sig, MPI_Datatype dt, ptrdiff_t n, int input)
+{
+    return (spec_t){.sig = sig, .dt = dt, .n = n, .input = input, .dense = 1, .out = sig,
+                    .nout = n};
+}
+
+/* A side given by v-arguments. */
+static spec_t vside(int sig, MPI_Datatype dt, int np, const int *counts, const int *displs,
+                    int input)
+{
+    spec_t p = whole(sig, dt, 0, input);
+    if (sig) {
+        vrange(np, counts, displs, &p.first, &p.n, &p.dense);
+        p.nout = p.n;
+    }
+    return p;
+}
+
 static int begin(ctx_t *c, MPI_Comm comm)
 {
     memset(c, 0, sizeof *c);
@@ -149,6 +198,26 @@ static int end(ctx_t *c, MPI_Comm comm, int rc)
     return rc;
 }
 
+/* Every staged collective: stage both sides, call MPI on the host copies,
+ * copy the receive side back, count. */
+static int run(const coll_t *a, call_fn call, const spec_t *sp, const spec_t *rp)
+{
+    ctx_t c;
+    int rc = begin(&c, a->comm);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    side_t s, r;
+    side_prep(&c, &s, a->sbuf, sp);
+    side_prep(&c, &r, a->rbuf, rp);
+    if (c.rc == MPI_SUCCESS)
+        rc = invoke(call, a, s.h, r.h);
+    if (rc == MPI_SUCCESS)
+        side_out(&c, &r, rp);
+    side_put(&s);
+    side_put(&r);
+    return end(&c, a->comm, rc);
+}
+
 static int comm_rank(MPI_Comm comm)
 {
     int r = 0;
@@ -163,83 +232,72 @@ static int comm_size(MPI_Comm comm)
     return n;
 }
 
+#define FAST2(sb, rb) \
+    (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(sb) && !is_dev(rb) && !pending_now()))
+
+/* ---- the calls: MPI's blocking and nonblocking forms, then the hook ---- */
+
+static int bcast_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    (void)s;
+    return q ? PMPI_Ibcast(r, a->rcount, a->rtype, a->root, a->comm, q)
+             : PMPI_Bcast(r, a->rcount, a->rtype, a->root, a->comm);
+}
+
 EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
 {
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_bcast(buf, count, dt, root, comm, &irc))
         return irc;
-    MPI_Request creq;
+    coll_t a = {.rbuf = buf, .rcount = count, .rtype = dt, .root = root, .comm = comm};
     if (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(buf) && !pending_now()))
-        return PMPI_Bcast(buf, count, dt, root, comm);
-    if (!is_dev(buf))
-        return CALL(PMPI_Bcast(buf, count, dt, root, comm),
-                    PMPI_Ibcast(buf, count, dt, root, comm, &creq));
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
+        return bcast_call(&a, NULL, buf, NULL);
+    if (!is_dev(buf)) /* a host buffer while receives wait: polled, not staged */
+        return invoke(bcast_call, &a, NULL, buf);
     int me = comm_rank(comm);
-    side_t s;
-    side_prep(&c, &s, buf, dt, 0, count, me == root, 1);
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Bcast(s.h, count, dt, root, comm),
-                  PMPI_Ibcast(s.h, count, dt, root, comm, &creq));
-    if (rc == MPI_SUCCESS && me != root)
-        side_out(&c, &s, dt, 0, count);
-    side_put(&s);
-    return end(&c, comm, rc);
+    spec_t s = whole(0, dt, 0, 0), r = whole(1, dt, count, me == root);
+    r.out = me != root;
+    return run(&a, bcast_call, &s, &r);
 }
 
 /* Reduce, Allreduce, Scan, Exscan: count elements in, count out. */
 enum { R_REDUCE, R_ALLREDUCE, R_SCAN, R_EXSCAN };
 
+static int reduce_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    int n = a->rcount, root = a->root;
+    MPI_Datatype dt = a->rtype;
+    MPI_Op op = a->op;
+    MPI_Comm comm = a->comm;
+    switch (a->kind) {
+    case R_REDUCE:
+        return q ? PMPI_Ireduce(s, r, n, dt, op, root, comm, q)
+                 : PMPI_Reduce(s, r, n, dt, op, root, comm);
+    case R_ALLREDUCE:
+        return q ? PMPI_Iallreduce(s, r, n, dt, op, comm, q)
+                 : PMPI_Allreduce(s, r, n, dt, op, comm);
+    case R_SCAN:
+        return q ? PMPI_Iscan(s, r, n, dt, op, comm, q) : PMPI_Scan(s, r, n, dt, op, comm);
+    default:
+        return q ? PMPI_Iexscan(s, r, n, dt, op, comm, q) : PMPI_Exscan(s, r, n, dt, op, comm);
+    }
+}
+
 static int reduce_like(int kind, const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
                        MPI_Op op, int root, MPI_Comm comm)
 {
-    MPI_Request creq;
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    int me = comm_rank(comm);
-    int rsig = kind != R_REDUCE || me == root; /* rbuf significant here */
-    side_t s, r;
-    side_prep(&c, &s, sbuf, dt, 0, count, 1, 1);
-    if (rsig)
-        side_prep(&c, &r, rbuf, dt, 0, count,
-                  sbuf == MPI_IN_PLACE || (kind == R_EXSCAN && me == 0), 1);
-    else
-        memset(&r, 0, sizeof r), r.h = rbuf;
-    const void *sh = sbuf == MPI_IN_PLACE ? MPI_IN_PLACE : s.h;
-    if (c.rc == MPI_SUCCESS) {
-        switch (kind) {
-        case R_REDUCE:
-            rc = CALL(PMPI_Reduce(sh, r.h, count, dt, op, root, comm),
-                      PMPI_Ireduce(sh, r.h, count, dt, op, root, comm, &creq));
-            break;
-        case R_ALLREDUCE:
-            rc = CALL(PMPI_Allreduce(sh, r.h, count, dt, op, comm),
-                      PMPI_Iallreduce(sh, r.h, count, dt, op, comm, &creq));
-            break;
-        case R_SCAN:
-            rc = CALL(PMPI_Scan(sh, r.h, count, dt, op, comm),
-                      PMPI_Iscan(sh, r.h, count, dt, op, comm, &creq));
-            break;
-        default:
-            rc = CALL(PMPI_Exscan(sh, r.h, count, dt, op, comm),
-                      PMPI_Iexscan(sh, r.h, count, dt, op, comm, &creq));
-            break;
-        }
-    }
-    if (rc == MPI_SUCCESS && rsig)
-        side_out(&c, &r, dt, 0, count);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+    coll_t a = {.kind = kind, .sbuf = sbuf, .rbuf = rbuf, .rcount = count, .rtype = dt,
+                .op = op, .root = root, .comm = comm};
+    if (FAST2(sbuf, rbuf))
+        return reduce_call(&a, sbuf, rbuf, NULL);
+    int me = kind == R_REDUCE || kind == R_EXSCAN ? comm_rank(comm) : 0;
+    /* rbuf is significant at the root of a Reduce only; MPI reads it in
+     * place, and Exscan's rank 0 leaves it as it was. */
+    int rsig = kind != R_REDUCE || me == root;
+    int rin = sbuf == MPI_IN_PLACE || (kind == R_EXSCAN && me == 0);
+    spec_t s = whole(1, dt, count, 1), r = whole(rsig, dt, count, rin);
+    return run(&a, reduce_call, &s, &r);
 }
-
-#define FAST2(sb, rb) \
-    (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(sb) && !is_dev(rb) && !pending_now()))
 
 EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                       int root, MPI_Comm comm)
@@ -247,8 +305,6 @@ EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, 
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_reduce(sbuf, rbuf, count, dt, op, root, comm, &irc))
         return irc;
-    if (FAST2(sbuf, rbuf))
-        return PMPI_Reduce(sbuf, rbuf, count, dt, op, root, comm);
     return reduce_like(R_REDUCE, sbuf, rbuf, count, dt, op, root, comm);
 }
 
@@ -258,145 +314,109 @@ EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype d
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_allreduce(sbuf, rbuf, count, dt, op, comm, &irc))
         return irc;
-    if (FAST2(sbuf, rbuf))
-        return PMPI_Allreduce(sbuf, rbuf, count, dt, op, comm);
     return reduce_like(R_ALLREDUCE, sbuf, rbuf, count, dt, op, 0, comm);
 }
 
 EXPORT int MPI_Scan(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                     MPI_Comm comm)
 {
-    if (FAST2(sbuf, rbuf))
-        return PMPI_Scan(sbuf, rbuf, count, dt, op, comm);
     return reduce_like(R_SCAN, sbuf, rbuf, count, dt, op, 0, comm);
 }
 
 EXPORT int MPI_Exscan(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                       MPI_Comm comm)
 {
-    if (FAST2(sbuf, rbuf))
-        return PMPI_Exscan(sbuf, rbuf, count, dt, op, comm);
     return reduce_like(R_EXSCAN, sbuf, rbuf, count, dt, op, 0, comm);
+}
+
+static int gather_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Igather(s, a->scount, a->stype, r, a->rcount, a->rtype, a->root, a->comm, q)
+             : PMPI_Gather(s, a->scount, a->stype, r, a->rcount, a->rtype, a->root, a->comm);
 }
 
 EXPORT int MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
                       MPI_Datatype rtype, int root, MPI_Comm comm)
 {
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+                .rcount = rcount, .rtype = rtype, .root = root, .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Gather(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    int me = comm_rank(comm), np = comm_size(comm);
-    side_t s, r;
-    side_prep(&c, &s, sbuf, stype, 0, scount, 1, 1);
-    if (me == root)
-        side_prep(&c, &r, rbuf, rtype, 0, (ptrdiff_t)rcount * np, sbuf == MPI_IN_PLACE, 1);
-    else
-        memset(&r, 0, sizeof r), r.h = rbuf;
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Gather(s.h, scount, stype, r.h, rcount, rtype, root, comm),
-                  PMPI_Igather(s.h, scount, stype, r.h, rcount, rtype, root, comm, &creq));
-    if (rc == MPI_SUCCESS && me == root)
-        side_out(&c, &r, rtype, 0, (ptrdiff_t)rcount * np);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+        return gather_call(&a, sbuf, rbuf, NULL);
+    int here = comm_rank(comm) == root;
+    spec_t s = whole(1, stype, scount, 1);
+    spec_t r = whole(here, rtype, (ptrdiff_t)rcount * comm_size(comm), sbuf == MPI_IN_PLACE);
+    return run(&a, gather_call, &s, &r);
+}
+
+static int gatherv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Igatherv(s, a->scount, a->stype, r, a->rcounts, a->rdispls, a->rtype,
+                             a->root, a->comm, q)
+             : PMPI_Gatherv(s, a->scount, a->stype, r, a->rcounts, a->rdispls, a->rtype,
+                            a->root, a->comm);
 }
 
 EXPORT int MPI_Gatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
                        const int rcounts[], const int displs[], MPI_Datatype rtype, int root,
                        MPI_Comm comm)
 {
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+                .rcounts = rcounts, .rdispls = displs, .rtype = rtype, .root = root,
+                .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Gatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, root, comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    int me = comm_rank(comm), np = comm_size(comm);
-    side_t s, r;
-    ptrdiff_t f = 0, n = 0;
-    int dense = 1;
-    side_prep(&c, &s, sbuf, stype, 0, scount, 1, 1);
-    if (me == root) {
-        vrange(np, rcounts, displs, &f, &n, &dense);
-        side_prep(&c, &r, rbuf, rtype, f, n, sbuf == MPI_IN_PLACE, dense);
-    } else {
-        memset(&r, 0, sizeof r), r.h = rbuf;
-    }
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Gatherv(s.h, scount, stype, r.h, rcounts, displs, rtype, root, comm),
-                  PMPI_Igatherv(s.h, scount, stype, r.h, rcounts, displs, rtype, root, comm,
-                                &creq));
-    if (rc == MPI_SUCCESS && me == root)
-        side_out(&c, &r, rtype, f, n);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+        return gatherv_call(&a, sbuf, rbuf, NULL);
+    int here = comm_rank(comm) == root;
+    spec_t s = whole(1, stype, scount, 1);
+    spec_t r = vside(here, rtype, comm_size(comm), rcounts, displs, sbuf == MPI_IN_PLACE);
+    return run(&a, gatherv_call, &s, &r);
+}
+
+static int scatter_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Iscatter(s, a->scount, a->stype, r, a->rcount, a->rtype, a->root, a->comm,
+                             q)
+             : PMPI_Scatter(s, a->scount, a->stype, r, a->rcount, a->rtype, a->root, a->comm);
 }
 
 EXPORT int MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
                        MPI_Datatype rtype, int root, MPI_Comm comm)
 {
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+                .rcount = rcount, .rtype = rtype, .root = root, .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Scatter(sbuf, scount, stype, rbuf, rcount, rtype, root, comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    int me = comm_rank(comm), np = comm_size(comm);
-    side_t s, r;
-    if (me == root)
-        side_prep(&c, &s, sbuf, stype, 0, (ptrdiff_t)scount * np, 1, 1);
-    else
-        memset(&s, 0, sizeof s), s.h = (char *)sbuf;
-    side_prep(&c, &r, rbuf, rtype, 0, rcount, 0, 1);
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Scatter(s.h, scount, stype, r.h, rcount, rtype, root, comm),
-                  PMPI_Iscatter(s.h, scount, stype, r.h, rcount, rtype, root, comm, &creq));
-    if (rc == MPI_SUCCESS)
-        side_out(&c, &r, rtype, 0, rcount);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+        return scatter_call(&a, sbuf, rbuf, NULL);
+    int here = comm_rank(comm) == root;
+    spec_t s = whole(here, stype, (ptrdiff_t)scount * comm_size(comm), 1);
+    spec_t r = whole(1, rtype, rcount, 0);
+    return run(&a, scatter_call, &s, &r);
+}
+
+static int scatterv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Iscatterv(s, a->scounts, a->sdispls, a->stype, r, a->rcount, a->rtype,
+                              a->root, a->comm, q)
+             : PMPI_Scatterv(s, a->scounts, a->sdispls, a->stype, r, a->rcount, a->rtype,
+                             a->root, a->comm);
 }
 
 EXPORT int MPI_Scatterv(const void *sbuf, const int scounts[], const int displs[],
                         MPI_Datatype stype, void *rbuf, int rcount, MPI_Datatype rtype, int root,
                         MPI_Comm comm)
 {
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scounts = scounts, .sdispls = displs, .stype = stype,
+                .rbuf = rbuf, .rcount = rcount, .rtype = rtype, .root = root, .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Scatterv(sbuf, scounts, displs, stype, rbuf, rcount, rtype, root, comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    int me = comm_rank(comm), np = comm_size(comm);
-    side_t s, r;
-    if (me == root) {
-        ptrdiff_t f, n;
-        int dense;
-        vrange(np, scounts, displs, &f, &n, &dense);
-        side_prep(&c, &s, sbuf, stype, f, n, 1, 1);
-    } else {
-        memset(&s, 0, sizeof s), s.h = (char *)sbuf;
-    }
-    side_prep(&c, &r, rbuf, rtype, 0, rcount, 0, 1);
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Scatterv(s.h, scounts, displs, stype, r.h, rcount, rtype, root, comm),
-                  PMPI_Iscatterv(s.h, scounts, displs, stype, r.h, rcount, rtype, root, comm,
-                                 &creq));
-    if (rc == MPI_SUCCESS)
-        side_out(&c, &r, rtype, 0, rcount);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+        return scatterv_call(&a, sbuf, rbuf, NULL);
+    int here = comm_rank(comm) == root;
+    spec_t s = vside(here, stype, comm_size(comm), scounts, displs, 1);
+    spec_t r = whole(1, rtype, rcount, 0);
+    return run(&a, scatterv_call, &s, &r);
+}
+
+static int allgather_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Iallgather(s, a->scount, a->stype, r, a->rcount, a->rtype, a->comm, q)
+             : PMPI_Allgather(s, a->scount, a->stype, r, a->rcount, a->rtype, a->comm);
 }
 
 EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
@@ -405,53 +425,40 @@ EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void 
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
         return irc;
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+                .rcount = rcount, .rtype = rtype, .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    int np = comm_size(comm);
-    side_t s, r;
-    side_prep(&c, &s, sbuf, stype, 0, scount, 1, 1);
-    side_prep(&c, &r, rbuf, rtype, 0, (ptrdiff_t)rcount * np, sbuf == MPI_IN_PLACE, 1);
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Allgather(s.h, scount, stype, r.h, rcount, rtype, comm),
-                  PMPI_Iallgather(s.h, scount, stype, r.h, rcount, rtype, comm, &creq));
-    if (rc == MPI_SUCCESS)
-        side_out(&c, &r, rtype, 0, (ptrdiff_t)rcount * np);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+        return allgather_call(&a, sbuf, rbuf, NULL);
+    spec_t s = whole(1, stype, scount, 1);
+    spec_t r = whole(1, rtype, (ptrdiff_t)rcount * comm_size(comm), sbuf == MPI_IN_PLACE);
+    return run(&a, allgather_call, &s, &r);
+}
+
+static int allgatherv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Iallgatherv(s, a->scount, a->stype, r, a->rcounts, a->rdispls, a->rtype,
+                                a->comm, q)
+             : PMPI_Allgatherv(s, a->scount, a->stype, r, a->rcounts, a->rdispls, a->rtype,
+                               a->comm);
 }
 
 EXPORT int MPI_Allgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
                           const int rcounts[], const int displs[], MPI_Datatype rtype,
                           MPI_Comm comm)
 {
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+                .rcounts = rcounts, .rdispls = displs, .rtype = rtype, .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Allgatherv(sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    int np = comm_size(comm);
-    side_t s, r;
-    ptrdiff_t f, n;
-    int dense;
-    vrange(np, rcounts, displs, &f, &n, &dense);
-    side_prep(&c, &s, sbuf, stype, 0, scount, 1, 1);
-    side_prep(&c, &r, rbuf, rtype, f, n, sbuf == MPI_IN_PLACE, dense);
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Allgatherv(s.h, scount, stype, r.h, rcounts, displs, rtype, comm),
-                  PMPI_Iallgatherv(s.h, scount, stype, r.h, rcounts, displs, rtype, comm, &creq));
-    if (rc == MPI_SUCCESS)
-        side_out(&c, &r, rtype, f, n);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+        return allgatherv_call(&a, sbuf, rbuf, NULL);
+    spec_t s = whole(1, stype, scount, 1);
+    spec_t r = vside(1, rtype, comm_size(comm), rcounts, displs, sbuf == MPI_IN_PLACE);
+    return run(&a, allgatherv_call, &s, &r);
+}
+
+static int alltoall_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Ialltoall(s, a->scount, a->stype, r, a->rcount, a->rtype, a->comm, q)
+             : PMPI_Alltoall(s, a->scount, a->stype, r, a->rcount, a->rtype, a->comm);
 }
 
 EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
@@ -460,68 +467,59 @@ EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
         return irc;
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+                .rcount = rcount, .rtype = rtype, .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
+        return alltoall_call(&a, sbuf, rbuf, NULL);
     int np = comm_size(comm);
-    side_t s, r;
-    side_prep(&c, &s, sbuf, stype, 0, (ptrdiff_t)scount * np, 1, 1);
-    side_prep(&c, &r, rbuf, rtype, 0, (ptrdiff_t)rcount * np, sbuf == MPI_IN_PLACE, 1);
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Alltoall(s.h, scount, stype, r.h, rcount, rtype, comm),
-                  PMPI_Ialltoall(s.h, scount, stype, r.h, rcount, rtype, comm, &creq));
-    if (rc == MPI_SUCCESS)
-        side_out(&c, &r, rtype, 0, (ptrdiff_t)rcount * np);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+    spec_t s = whole(1, stype, (ptrdiff_t)scount * np, 1);
+    spec_t r = whole(1, rtype, (ptrdiff_t)rcount * np, sbuf == MPI_IN_PLACE);
+    return run(&a, alltoall_call, &s, &r);
+}
+
+static int alltoallv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Ialltoallv(s, a->scounts, a->sdispls, a->stype, r, a->rcounts, a->rdispls,
+                               a->rtype, a->comm, q)
+             : PMPI_Alltoallv(s, a->scounts, a->sdispls, a->stype, r, a->rcounts, a->rdispls,
+                              a->rtype, a->comm);
 }
 
 EXPORT int MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdispls[],
                          MPI_Datatype stype, void *rbuf, const int rcounts[], const int rdispls[],
                          MPI_Datatype rtype, MPI_Comm comm)
 {
-    MPI_Request creq;
+    coll_t a = {.sbuf = sbuf, .scounts = scounts, .sdispls = sdispls, .stype = stype,
+                .rbuf = rbuf, .rcounts = rcounts, .rdispls = rdispls, .rtype = rtype,
+                .comm = comm};
     if (FAST2(sbuf, rbuf))
-        return PMPI_Alltoallv(sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype,
-                              comm);
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
+        return alltoallv_call(&a, sbuf, rbuf, NULL);
     int np = comm_size(comm);
-    side_t s, r;
-    ptrdiff_t sf = 0, sn = 0, rf, rn;
-    int sdense, rdense;
-    if (sbuf != MPI_IN_PLACE)
-        vrange(np, scounts, sdispls, &sf, &sn, &sdense);
-    vrange(np, rcounts, rdispls, &rf, &rn, &rdense);
-    side_prep(&c, &s, sbuf, stype, sf, sn, 1, 1);
-    side_prep(&c, &r, rbuf, rtype, rf, rn, sbuf == MPI_IN_PLACE, rdense);
-    if (c.rc == MPI_SUCCESS)
-        rc = CALL(PMPI_Alltoallv(s.h, scounts, sdispls, stype, r.h, rcounts, rdispls, rtype, comm),
-                  PMPI_Ialltoallv(s.h, scounts, sdispls, stype, r.h, rcounts, rdispls, rtype,
-                                  comm, &creq));
-    if (rc == MPI_SUCCESS)
-        side_out(&c, &r, rtype, rf, rn);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+    spec_t s = vside(sbuf != MPI_IN_PLACE, stype, np, scounts, sdispls, 1);
+    spec_t r = vside(1, rtype, np, rcounts, rdispls, sbuf == MPI_IN_PLACE);
+    return run(&a, alltoallv_call, &s, &r);
 }
 
-/* Reduce_scatter and Reduce_scatter_block: total elements in, mine out. */
+/* Reduce_scatter (rcounts) and Reduce_scatter_block (rcount): total
+ * elements in, mine out (in place: rbuf holds the total, in and out). */
+enum { RS_COUNTS, RS_BLOCK };
+
+static int reduce_scatter_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    if (a->kind == RS_COUNTS)
+        return q ? PMPI_Ireduce_scatter(s, r, a->rcounts, a->rtype, a->op, a->comm, q)
+                 : PMPI_Reduce_scatter(s, r, a->rcounts, a->rtype, a->op, a->comm);
+    return q ? PMPI_Ireduce_scatter_block(s, r, a->rcount, a->rtype, a->op, a->comm, q)
+             : PMPI_Reduce_scatter_block(s, r, a->rcount, a->rtype, a->op, a->comm);
+}
+
 static int reduce_scatter_like(const void *sbuf, void *rbuf, const int *rcounts, int rcount,
                                MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
 {
-    MPI_Request creq;
-    ctx_t c;
-    int rc = begin(&c, comm);
-    if (rc != MPI_SUCCESS)
-        return rc;
+    coll_t a = {.kind = rcounts ? RS_COUNTS : RS_BLOCK, .sbuf = sbuf, .rbuf = rbuf,
+                .rcounts = rcounts, .rcount = rcount, .rtype = dt, .op = op, .comm = comm};
+    if (FAST2(sbuf, rbuf))
+        return reduce_scatter_call(&a, sbuf, rbuf, NULL);
     int me = comm_rank(comm), np = comm_size(comm);
     ptrdiff_t total = 0, mine = rcounts ? rcounts[me] : rcount;
     if (rcounts)
@@ -529,40 +527,20 @@ static int reduce_scatter_like(const void *sbuf, void *rbuf, const int *rcounts,
             total += rcounts[i];
     else
         total = (ptrdiff_t)rcount * np;
-    side_t s, r;
-    side_prep(&c, &s, sbuf, dt, 0, total, 1, 1);
-    if (sbuf == MPI_IN_PLACE)
-        side_prep(&c, &r, rbuf, dt, 0, total, 1, 1);
-    else
-        side_prep(&c, &r, rbuf, dt, 0, mine, 0, 1);
-    const void *sh = sbuf == MPI_IN_PLACE ? MPI_IN_PLACE : s.h;
-    if (c.rc == MPI_SUCCESS) {
-        if (rcounts)
-            rc = CALL(PMPI_Reduce_scatter(sh, r.h, rcounts, dt, op, comm),
-                      PMPI_Ireduce_scatter(sh, r.h, rcounts, dt, op, comm, &creq));
-        else
-            rc = CALL(PMPI_Reduce_scatter_block(sh, r.h, rcount, dt, op, comm),
-                      PMPI_Ireduce_scatter_block(sh, r.h, rcount, dt, op, comm, &creq));
-    }
-    if (rc == MPI_SUCCESS)
-        side_out(&c, &r, dt, 0, mine);
-    side_put(&s);
-    side_put(&r);
-    return end(&c, comm, rc);
+    int inplace = sbuf == MPI_IN_PLACE;
+    spec_t s = whole(1, dt, total, 1), r = whole(1, dt, inplace ? total : mine, inplace);
+    r.nout = mine;
+    return run(&a, reduce_scatter_call, &s, &r);
 }
 
 EXPORT int MPI_Reduce_scatter(const void *sbuf, void *rbuf, const int rcounts[], MPI_Datatype dt,
                               MPI_Op op, MPI_Comm comm)
 {
-    if (FAST2(sbuf, rbuf))
-        return PMPI_Reduce_scatter(sbuf, rbuf, rcounts, dt, op, comm);
     return reduce_scatter_like(sbuf, rbuf, rcounts, 0, dt, op, comm);
 }
 
 EXPORT int MPI_Reduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
                                     MPI_Op op, MPI_Comm comm)
 {
-    if (FAST2(sbuf, rbuf))
-        return PMPI_Reduce_scatter_block(sbuf, rbuf, rcount, dt, op, comm);
     return reduce_scatter_like(sbuf, rbuf, NULL, rcount, dt, op, comm);
 }

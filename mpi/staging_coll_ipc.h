@@ -22,59 +22,52 @@
  * could fail on one rank only). */
 #define RK_COLL_IPC_MAXRANKS 64
 
-RK_MPI_HIDDEN int rk_coll_ipc_bcast_(void *buf, int count, MPI_Datatype dt,
-                                     int root, MPI_Comm comm, int *rc);
-RK_MPI_HIDDEN int rk_coll_ipc_allgather_(const void *sbuf, int scount,
-                                         MPI_Datatype stype, void *rbuf,
-                                         int rcount, MPI_Datatype rtype,
-                                         MPI_Comm comm, int *rc);
-RK_MPI_HIDDEN int rk_coll_ipc_alltoall_(const void *sbuf, int scount,
-                                        MPI_Datatype stype, void *rbuf,
-                                        int rcount, MPI_Datatype rtype,
-                                        MPI_Comm comm, int *rc);
-RK_MPI_HIDDEN int rk_coll_ipc_reduce_(const void *sbuf, void *rbuf, int count,
-                                      MPI_Datatype dt, MPI_Op op, int root,
-                                      MPI_Comm comm, int *rc);
-RK_MPI_HIDDEN int rk_coll_ipc_allreduce_(const void *sbuf, void *rbuf,
-                                         int count, MPI_Datatype dt, MPI_Op op,
-                                         MPI_Comm comm, int *rc);
+RK_MPI_HIDDEN int rk_coll_ipc_bcast_(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
+                                     int *rc);
+RK_MPI_HIDDEN int rk_coll_ipc_allgather_(const void *sbuf, int scount, MPI_Datatype stype,
+                                         void *rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
+                                         int *rc);
+RK_MPI_HIDDEN int rk_coll_ipc_alltoall_(const void *sbuf, int scount, MPI_Datatype stype,
+                                        void *rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
+                                        int *rc);
+RK_MPI_HIDDEN int rk_coll_ipc_reduce_(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                                      MPI_Op op, int root, MPI_Comm comm, int *rc);
+RK_MPI_HIDDEN int rk_coll_ipc_allreduce_(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                                         MPI_Op op, MPI_Comm comm, int *rc);
 
-static inline int rk_coll_ipc_bcast(void *buf, int count, MPI_Datatype dt,
-                                    int root, MPI_Comm comm, int *rc) {
-  return RK_STG_UNLIKELY(rk_ipc_on) &&
-         rk_coll_ipc_bcast_(buf, count, dt, root, comm, rc);
+static inline int rk_coll_ipc_bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm,
+                                    int *rc)
+{
+    return RK_STG_UNLIKELY(rk_ipc_on) && rk_coll_ipc_bcast_(buf, count, dt, root, comm, rc);
 }
 
-static inline int rk_coll_ipc_allgather(const void *sbuf, int scount,
-                                        MPI_Datatype stype, void *rbuf,
-                                        int rcount, MPI_Datatype rtype,
-                                        MPI_Comm comm, int *rc) {
-  return RK_STG_UNLIKELY(rk_ipc_on) &&
-         rk_coll_ipc_allgather_(sbuf, scount, stype, rbuf, rcount, rtype, comm,
-                                rc);
+static inline int rk_coll_ipc_allgather(const void *sbuf, int scount, MPI_Datatype stype,
+                                        void *rbuf, int rcount, MPI_Datatype rtype, MPI_Comm comm,
+                                        int *rc)
+{
+    return RK_STG_UNLIKELY(rk_ipc_on) &&
+           rk_coll_ipc_allgather_(sbuf, scount, stype, rbuf, rcount, rtype, comm, rc);
 }
 
-static inline int rk_coll_ipc_alltoall(const void *sbuf, int scount,
-                                       MPI_Datatype stype, void *rbuf,
-                                       int rcount, MPI_Datatype rtype,
-                                       MPI_Comm comm, int *rc) {
-  return RK_STG_UNLIKELY(rk_ipc_on) &&
-         rk_coll_ipc_alltoall_(sbuf, scount, stype, rbuf, rcount, rtype, comm,
-                               rc);
+static inline int rk_coll_ipc_alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
+                                       int rcount, MPI_Datatype rtype, MPI_Comm comm, int *rc)
+{
+    return RK_STG_UNLIKELY(rk_ipc_on) &&
+           rk_coll_ipc_alltoall_(sbuf, scount, stype, rbuf, rcount, rtype, comm, rc);
 }
 
-static inline int rk_coll_ipc_reduce(const void *sbuf, void *rbuf, int count,
-                                     MPI_Datatype dt, MPI_Op op, int root,
-                                     MPI_Comm comm, int *rc) {
-  return RK_STG_UNLIKELY(rk_ipc_on) &&
-         rk_coll_ipc_reduce_(sbuf, rbuf, count, dt, op, root, comm, rc);
+static inline int rk_coll_ipc_reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                                     MPI_Op op, int root, MPI_Comm comm, int *rc)
+{
+    return RK_STG_UNLIKELY(rk_ipc_on) &&
+           rk_coll_ipc_reduce_(sbuf, rbuf, count, dt, op, root, comm, rc);
 }
 
-static inline int rk_coll_ipc_allreduce(const void *sbuf, void *rbuf, int count,
-                                        MPI_Datatype dt, MPI_Op op,
-                                        MPI_Comm comm, int *rc) {
-  return RK_STG_UNLIKELY(rk_ipc_on) &&
-         rk_coll_ipc_allreduce_(sbuf, rbuf, count, dt, op, comm, rc);
+static inline int rk_coll_ipc_allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
+                                        MPI_Op op, MPI_Comm comm, int *rc)
+{
+    return RK_STG_UNLIKELY(rk_ipc_on) &&
+           rk_coll_ipc_allreduce_(sbuf, rbuf, count, dt, op, comm, rc);
 }
 
 #endif

@@ -51,6 +51,17 @@ static uint64_t fake_gen = 1;
 
 void rk_stg_fake_ipc(int fd) { fake_fd = fd; }
 
+/* Test backend: refuse every nth mapping from now on (the fallback that
+ * asks the sender for the data). */
+static int fake_fail_every, fake_fail_count;
+void rk_stg_fake_ipc_fail(int every)
+{
+    pthread_mutex_lock(&lock);
+    fake_fail_every = every;
+    fake_fail_count = 0;
+    pthread_mutex_unlock(&lock);
+}
+
 void rk_stg_fake_ipc_renew(void)
 {
     pthread_mutex_lock(&lock);
@@ -235,6 +246,10 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
     if (fake_fd >= 0) {
         fake_handle_t h;
         memcpy(&h, d->handle, sizeof h);
+        if (fake_fail_every > 0 && ++fake_fail_count % fake_fail_every == 0) {
+            snprintf(why, len, "the test backend refused it on purpose");
+            return NULL;
+        }
         if (memcmp(h.tag, "rkfake", 7) != 0) {
             snprintf(why, len, "not a handle of the test backend");
             return NULL;
@@ -346,6 +361,7 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
     }
     if (!p) {
         static int told;
+        stats.refused_maps++;
         if (!told++)
             rk_mpi_warn("staging: cannot map rank %d's device memory (%s): its messages to this "
                         "rank are staged instead",
@@ -464,12 +480,22 @@ void rk_ipc_init(int mode, int cache, int stg_on)
     }
 #endif
     char *buses = calloc((size_t)nn, sizeof bus);
+    int shared = 0;
     if (buses && PMPI_Allgather(bus, (int)sizeof bus, MPI_CHAR, buses, (int)sizeof bus, MPI_CHAR,
                                 node) == MPI_SUCCESS && bus[0])
         for (int i = 0; i < nn; i++)
             if (i != nr && strncmp(buses + (size_t)i * sizeof bus, bus, sizeof bus) == 0)
-                rk_stg_shared_gpu = 1;
+                shared = 1;
     free(buses);
+    /* Ranks sharing a GPU without MPS pay a context switch on small copies
+     * (docs/staging.md); under MPS (its control pipe is there) they share
+     * one context and plain copies are best. */
+    const char *mps_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    char mps_path[512];
+    snprintf(mps_path, sizeof mps_path, "%s/control",
+             mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
+    int mps = access(mps_path, F_OK) == 0;
+    rk_stg_shared_gpu = shared && !mps;
     /* can: this rank takes part (wants IPC, stages, has a way to export). */
     int can = mode != 2 && stg_on && nn > 1;
     if (can && fake && fake_fd < 0)
@@ -565,10 +591,14 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                         sum[0] ? sum[0] : 1, sum[1], sum[1] == 1 ? "" : "s", why);
     }
     rk_mpi_verbose("staging: CUDA IPC %s (RANKMEM_STAGING_IPC=%s, %d rank%s on this node, cache "
-                   "of %d mappings)%s",
+                   "of %d mappings)%s%s",
                    rk_ipc_on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off", nn,
                    nn == 1 ? "" : "s", cache_max,
-                   rk_stg_shared_gpu ? "; the GPU is shared with another rank of the node" : "");
+                   shared ? "; the GPU is shared with another rank of the node, " : "",
+                   !shared ? ""
+                   : mps           ? "under MPS"
+                                   : "without MPS (small device messages pay the GPU's context "
+                                     "switches: docs/staging.md)");
     PMPI_Comm_free(&node);
 }
 

@@ -69,7 +69,7 @@ RK_MPI_HIDDEN void rk_ipc_release(const void *mapped);
 /* Counters for the verbose line and the tests: mappings opened, closed
  * because their allocation was replaced, evicted, and cache hits. */
 typedef struct rk_ipc_stats {
-    uint64_t opened, stale, evicted, hits, exports, refused;
+    uint64_t opened, stale, evicted, hits, exports, refused, refused_maps;
     int cached;
 } rk_ipc_stats_t;
 RK_MPI_HIDDEN void rk_ipc_stats(rk_ipc_stats_t *s);
@@ -80,5 +80,7 @@ RK_MPI_HIDDEN void rk_ipc_stats(rk_ipc_stats_t *s);
  * from now on (as if freed and allocated again at the same address). */
 RK_MPI_HIDDEN void rk_stg_fake_ipc(int fd);
 RK_MPI_HIDDEN void rk_stg_fake_ipc_renew(void);
+/* Test backend: refuse every nth mapping from now on (0: none). */
+RK_MPI_HIDDEN void rk_stg_fake_ipc_fail(int every);
 
 #endif

@@ -2051,13 +2051,32 @@ RK_STG_EXPORT int MPI_Probe(int src, int tag, MPI_Comm comm, MPI_Status *status)
 
 /* ---- the hooks: sends and receives ---- */
 
-static int send_any(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
-                    MPI_Comm comm, int mode)
+/* MPI's blocking send of that mode. */
+static int psend(const void *buf, int count, MPI_Datatype dt, int dest, int tag, MPI_Comm comm,
+                 int mode)
 {
+    switch (mode) {
+    case M_SSEND:
+        return PMPI_Ssend(buf, count, dt, dest, tag, comm);
+    case M_RSEND:
+        return PMPI_Rsend(buf, count, dt, dest, tag, comm);
+    case M_BSEND:
+        return PMPI_Bsend(buf, count, dt, dest, tag, comm);
+    default:
+        return PMPI_Send(buf, count, dt, dest, tag, comm);
+    }
+}
+
+/* Every blocking send (mode a constant: inlined, the switches fold). */
+static inline int send_hook(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
+                            MPI_Comm comm, int mode)
+{
+    if (RK_STG_LIKELY(!rk_stg_active) || (!rk_stg_is_device(buf) && !pending_now()))
+        return psend(buf, count, dt, dest, tag, comm, mode);
     if (dest != MPI_PROC_NULL && rk_stg_is_device(buf))
         return send_dev(buf, count, dt, dest, tag, comm, mode);
     if (mode == M_BSEND || !pending_now())
-        return -1; /* the caller's PMPI call */
+        return psend(buf, count, dt, dest, tag, comm, mode);
     /* A host send while staged receives wait for headers: poll. */
     MPI_Request r;
     int rc = isend_mode(buf, count, dt, dest, tag, comm, mode, &r);
@@ -2067,42 +2086,43 @@ static int send_any(const void *buf, int count, MPI_Datatype dt, int dest, int t
 RK_STG_EXPORT int MPI_Send(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                            MPI_Comm comm)
 {
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Send(buf, count, dt, dest, tag, comm);
-    if (!rk_stg_is_device(buf) && !pending_now())
-        return PMPI_Send(buf, count, dt, dest, tag, comm);
-    int rc = send_any(buf, count, dt, dest, tag, comm, M_STD);
-    return rc == -1 ? PMPI_Send(buf, count, dt, dest, tag, comm) : rc;
+    return send_hook(buf, count, dt, dest, tag, comm, M_STD);
 }
 
 RK_STG_EXPORT int MPI_Ssend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                             MPI_Comm comm)
 {
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ssend(buf, count, dt, dest, tag, comm);
-    if (!rk_stg_is_device(buf) && !pending_now())
-        return PMPI_Ssend(buf, count, dt, dest, tag, comm);
-    int rc = send_any(buf, count, dt, dest, tag, comm, M_SSEND);
-    return rc == -1 ? PMPI_Ssend(buf, count, dt, dest, tag, comm) : rc;
+    return send_hook(buf, count, dt, dest, tag, comm, M_SSEND);
 }
 
 RK_STG_EXPORT int MPI_Rsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                             MPI_Comm comm)
 {
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Rsend(buf, count, dt, dest, tag, comm);
-    if (!rk_stg_is_device(buf) && !pending_now())
-        return PMPI_Rsend(buf, count, dt, dest, tag, comm);
-    int rc = send_any(buf, count, dt, dest, tag, comm, M_RSEND);
-    return rc == -1 ? PMPI_Rsend(buf, count, dt, dest, tag, comm) : rc;
+    return send_hook(buf, count, dt, dest, tag, comm, M_RSEND);
 }
 
 RK_STG_EXPORT int MPI_Bsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                             MPI_Comm comm)
 {
-    if (RK_STG_LIKELY(!rk_stg_active) || dest == MPI_PROC_NULL || !rk_stg_is_device(buf))
-        return PMPI_Bsend(buf, count, dt, dest, tag, comm);
-    return send_dev(buf, count, dt, dest, tag, comm, M_BSEND);
+    return send_hook(buf, count, dt, dest, tag, comm, M_BSEND);
+}
+
+/* A blocking receive once the fast path is ruled out: from the stash (its
+ * first message came through a probe), staged (dev: a device buffer; big: a
+ * host one a header may arrive for), or polled (staged receives may wait). */
+static int recv_hook(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,
+                     MPI_Status *status, int dev, int big)
+{
+    if (src == MPI_PROC_NULL)
+        return PMPI_Recv(buf, count, dt, src, tag, comm, status);
+    stash_t *e = stash_find(comm, src, tag, 1);
+    if (e)
+        return stash_recv(e, buf, count, dt, dev, comm, status, NULL);
+    if (dev || big)
+        return recv_staged(buf, count, dt, src, tag, comm, status, dev);
+    MPI_Request r;
+    int rc = PMPI_Irecv(buf, count, dt, src, tag, comm, &r);
+    return rc == MPI_SUCCESS ? rk_stg_wait(&r, status) : rc;
 }
 
 RK_STG_EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,
@@ -2113,17 +2133,8 @@ RK_STG_EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int t
     int dev = rk_stg_is_device(buf);
     if (!dev && !pending_now() && !stash_any() && !rk_stg_big_recv(count, dt))
         return PMPI_Recv(buf, count, dt, src, tag, comm, status);
-    if (src == MPI_PROC_NULL)
-        return PMPI_Recv(buf, count, dt, src, tag, comm, status);
-    stash_t *e = stash_find(comm, src, tag, 1);
-    if (e)
-        return stash_recv(e, buf, count, dt, dev, comm, status, NULL);
-    if (!dev && !rk_stg_big_recv(count, dt)) {
-        MPI_Request r;
-        int rc = PMPI_Irecv(buf, count, dt, src, tag, comm, &r);
-        return rc == MPI_SUCCESS ? rk_stg_wait(&r, status) : rc;
-    }
-    return recv_staged(buf, count, dt, src, tag, comm, status, dev);
+    return recv_hook(buf, count, dt, src, tag, comm, status, dev,
+                     !dev && rk_stg_big_recv(count, dt));
 }
 
 static int isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
@@ -2229,18 +2240,7 @@ RK_STG_EXPORT int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype,
             wait_send(s);
         return rc;
     }
-    int rrc;
-    stash_t *e = src == MPI_PROC_NULL ? NULL : stash_find(comm, src, rtag, 1);
-    if (e)
-        rrc = stash_recv(e, rbuf, rcount, rtype, rdev, comm, status, NULL);
-    else if (rdev || big)
-        rrc = recv_staged(rbuf, rcount, rtype, src, rtag, comm, status, rdev);
-    else {
-        MPI_Request r;
-        rrc = PMPI_Irecv(rbuf, rcount, rtype, src, rtag, comm, &r);
-        if (rrc == MPI_SUCCESS)
-            rrc = rk_stg_wait(&r, status);
-    }
+    int rrc = recv_hook(rbuf, rcount, rtype, src, rtag, comm, status, rdev, big);
     rc = s ? wait_send(s) : rk_stg_wait(&hreq, MPI_STATUS_IGNORE);
     return rrc != MPI_SUCCESS ? rrc : rc;
 }
@@ -2280,20 +2280,7 @@ RK_STG_EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, in
         wait_send(s);
         return rc;
     }
-    int rrc;
-    stash_t *e = src == MPI_PROC_NULL ? NULL : stash_find(comm, src, rtag, 1);
-    if (src == MPI_PROC_NULL)
-        rrc = PMPI_Recv(buf, count, dt, src, rtag, comm, status);
-    else if (e)
-        rrc = stash_recv(e, buf, count, dt, dev, comm, status, NULL);
-    else if (dev || big)
-        rrc = recv_staged(buf, count, dt, src, rtag, comm, status, dev);
-    else {
-        MPI_Request r;
-        rrc = PMPI_Irecv(buf, count, dt, src, rtag, comm, &r);
-        if (rrc == MPI_SUCCESS)
-            rrc = rk_stg_wait(&r, status);
-    }
+    int rrc = recv_hook(buf, count, dt, src, rtag, comm, status, dev, big);
     rc = wait_send(s);
     return rrc != MPI_SUCCESS ? rrc : rc;
 }
@@ -2302,6 +2289,17 @@ RK_STG_EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, in
 
 /* Straight to MPI when nothing is staged; polling while receives wait. */
 #define NO_STAGED() (RK_STG_LIKELY(!rk_stg_active) || atomic_load_explicit(&rk_stg_nreq, memory_order_relaxed) == 0)
+
+/* The Test calls' fast path: nothing staged, so MPI tests, after a round of
+ * progress for the receives that may wait. */
+static int test_plain(void)
+{
+    if (!NO_STAGED())
+        return 0;
+    if (rk_stg_active)
+        rk_stg_progress();
+    return 1;
+}
 
 RK_STG_EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *status)
 {
@@ -2322,11 +2320,8 @@ RK_STG_EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *status)
 
 RK_STG_EXPORT int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
 {
-    if (NO_STAGED()) {
-        if (rk_stg_active)
-            rk_stg_progress();
+    if (test_plain())
         return PMPI_Test(req, flag, status);
-    }
     req_t *r = lookup(*req);
     rk_stg_progress();
     if (!r)
@@ -2440,6 +2435,30 @@ static MPI_Status *st_at(MPI_Status *sts, int i)
     return sts == MPI_STATUSES_IGNORE ? MPI_STATUS_IGNORE : &sts[i];
 }
 
+/* The statuses array for MPI's part (the user's may be IGNORE). */
+static MPI_Status *arr_subst(arr_t *a, MPI_Status *sts)
+{
+    return sts == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : a->subst;
+}
+
+/* Hand back every entry of a completed array: ours finished, MPI's as MPI
+ * left them. 1 when one of ours failed. */
+static int arr_finish(arr_t *a, MPI_Request *reqs, MPI_Status *sts)
+{
+    int err = 0;
+    for (int i = 0; i < a->n; i++) {
+        if (a->r[i]) {
+            err |= finish(a->r[i], st_at(sts, i)) != MPI_SUCCESS;
+            reqs[i] = MPI_REQUEST_NULL;
+        } else {
+            reqs[i] = a->sub[i];
+            if (sts != MPI_STATUSES_IGNORE)
+                sts[i] = a->subst[i];
+        }
+    }
+    return err;
+}
+
 /* Polling forms of MPI's own calls, for when staged receives wait. */
 static int poll_waitall(int n, MPI_Request *reqs, MPI_Status *sts)
 {
@@ -2468,7 +2487,7 @@ RK_STG_EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
     }
     unsigned spins = 0;
     int subdone = 0, rc = MPI_SUCCESS, left;
-    MPI_Status *subst = sts == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : a.subst;
+    MPI_Status *subst = arr_subst(&a, sts);
     for (;;) {
         left = 0;
         for (int i = 0; i < n; i++)
@@ -2483,17 +2502,7 @@ RK_STG_EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
             break;
         rk_stg_idle(&spins);
     }
-    int err = 0;
-    for (int i = 0; i < n; i++) {
-        if (a.r[i]) {
-            err |= finish(a.r[i], st_at(sts, i)) != MPI_SUCCESS;
-            reqs[i] = MPI_REQUEST_NULL;
-        } else {
-            reqs[i] = a.sub[i];
-            if (sts != MPI_STATUSES_IGNORE)
-                sts[i] = a.subst[i];
-        }
-    }
+    int err = arr_finish(&a, reqs, sts);
     arr_free(&a);
     if (rc == MPI_SUCCESS && err)
         rc = MPI_ERR_IN_STATUS;
@@ -2502,11 +2511,8 @@ RK_STG_EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
 
 RK_STG_EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[])
 {
-    if (NO_STAGED()) {
-        if (rk_stg_active)
-            rk_stg_progress();
+    if (test_plain())
         return PMPI_Testall(n, reqs, flag, sts);
-    }
     arr_t a;
     if (arr_init(&a, n, reqs) != 0)
         return PMPI_Testall(n, reqs, flag, sts);
@@ -2519,23 +2525,9 @@ RK_STG_EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status s
     int rc = MPI_SUCCESS;
     if (!left) {
         /* All or nothing: MPI's part only once ours is complete. */
-        MPI_Status *subst = sts == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : a.subst;
-        rc = PMPI_Testall(n, a.sub, flag, subst);
-        if (*flag) {
-            int err = 0;
-            for (int i = 0; i < n; i++) {
-                if (a.r[i]) {
-                    err |= finish(a.r[i], st_at(sts, i)) != MPI_SUCCESS;
-                    reqs[i] = MPI_REQUEST_NULL;
-                } else {
-                    reqs[i] = a.sub[i];
-                    if (sts != MPI_STATUSES_IGNORE)
-                        sts[i] = a.subst[i];
-                }
-            }
-            if (rc == MPI_SUCCESS && err)
-                rc = MPI_ERR_IN_STATUS;
-        }
+        rc = PMPI_Testall(n, a.sub, flag, arr_subst(&a, sts));
+        if (*flag && arr_finish(&a, reqs, sts) && rc == MPI_SUCCESS)
+            rc = MPI_ERR_IN_STATUS;
     }
     arr_free(&a);
     return rc;
@@ -2595,11 +2587,8 @@ RK_STG_EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status 
 RK_STG_EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
                               MPI_Status *status)
 {
-    if (NO_STAGED()) {
-        if (rk_stg_active)
-            rk_stg_progress();
+    if (test_plain())
         return PMPI_Testany(n, reqs, index, flag, status);
-    }
     arr_t a;
     if (arr_init(&a, n, reqs) != 0)
         return PMPI_Testany(n, reqs, index, flag, status);
@@ -2617,7 +2606,7 @@ RK_STG_EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
 static int some_pass(arr_t *a, MPI_Request *reqs, int *indices, MPI_Status *sts, int *rc)
 {
     int out = 0, oc = 0;
-    MPI_Status *subst = sts == MPI_STATUSES_IGNORE ? MPI_STATUSES_IGNORE : a->subst;
+    MPI_Status *subst = arr_subst(a, sts);
     int *idx = malloc((size_t)(a->n > 0 ? a->n : 1) * sizeof *idx);
     if (!idx) {
         *rc = MPI_ERR_NO_MEM;
@@ -2675,11 +2664,8 @@ RK_STG_EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int ind
 RK_STG_EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                                MPI_Status sts[])
 {
-    if (NO_STAGED()) {
-        if (rk_stg_active)
-            rk_stg_progress();
+    if (test_plain())
         return PMPI_Testsome(n, reqs, outcount, indices, sts);
-    }
     arr_t a;
     if (arr_init(&a, n, reqs) != 0)
         return PMPI_Testsome(n, reqs, outcount, indices, sts);

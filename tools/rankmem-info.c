@@ -80,6 +80,7 @@ typedef struct {
     char aware_how[512];
     char staging_setting[64];
     char staging[512];    /* what staging would do */
+    char mpix[512];       /* what MPIX_Query_cuda_support answers under the plugin */
     int observe_possible;
     char observe_setting[64];
     char cupti[4096];     /* the libcupti the plugin would load, "" none */
@@ -215,6 +216,25 @@ static void gather_mpi(info_t *in)
                  gpu ? "" : " (no GPU here: nothing to stage)");
     else
         snprintf(m->staging, sizeof m->staging, "a bad value: every rank would stop at MPI_Init");
+
+    /* The run-time awareness query under the plugin (mpi/mpix.c): 1 where
+     * the rank stages, else the MPI's own answer. With auto and a GPU that
+     * is 1 either way: staging, or an MPI that said it is aware. */
+    const char *q = rankmem_have_hip() ? "MPIX_Query_rocm_support()" : "MPIX_Query_cuda_support()";
+    int stages = gpu && (strcmp(st, "on") == 0 || (strcmp(st, "auto") == 0 && aware == 0));
+    if (!m->built)
+        snprintf(m->mpix, sizeof m->mpix, "%s: the MPI's own answer (no plugin)", q);
+    else if (stages)
+        snprintf(m->mpix, sizeof m->mpix, "%s answers 1: staging takes the device buffers", q);
+    else if (gpu && strcmp(st, "auto") == 0)
+        snprintf(m->mpix, sizeof m->mpix,
+                 "%s answers 1: staging takes the device buffers, or the MPI does", q);
+    else if (strcmp(st, "off") == 0 || strcmp(st, "on") == 0 || strcmp(st, "auto") == 0)
+        snprintf(m->mpix, sizeof m->mpix, "%s answers %s: the MPI's own answer (%s)", q,
+                 aware == 1 ? "1" : aware == 0 ? "0" : "what the MPI says",
+                 gpu ? "staging off" : "no GPU here: no rank stages");
+    else
+        snprintf(m->mpix, sizeof m->mpix, "%s: no answer (a bad RANKMEM_STAGING)", q);
 
     /* Observation: the plugin, built with CUPTI's header, a GPU, and a
      * libcupti to load (the same search as the plugin's). */
@@ -435,6 +455,7 @@ static void print_text(const info_t *in)
     }
     printf("  CUDA-aware:  %s (%s)\n", m->aware, m->aware_how);
     printf("  staging:     RANKMEM_STAGING=%s: %s\n", m->staging_setting, m->staging);
+    printf("  MPIX query:  %s\n", m->mpix);
     printf("  observation: RANKMEM_OBSERVE=%s: %s\n", m->observe_setting, m->observe);
     if (m->cupti[0]) {
         if (m->cupti_version >= 0)
@@ -504,6 +525,8 @@ static int print_json(const info_t *in)
     json_string(m->staging_setting);
     printf(", \"effect\": ");
     json_string(m->staging);
+    printf(", \"mpix_query\": ");
+    json_string(m->mpix);
     printf("},\n          \"observation\": {\"possible\": %s, \"setting\": ",
            m->observe_possible ? "true" : "false");
     json_string(m->observe_setting);

@@ -193,8 +193,10 @@ static int nsizes;
 
 static void make_sizes(void)
 {
-    size_t s[] = {1,          3,           4099,      (size_t)256 << 10, ((size_t)256 << 10) + 1,
-                  chunk - 1,  chunk,       chunk + 1, 3 * chunk + 5,     max_bytes};
+    /* 65535 and 65536 straddle the CUDA IPC threshold (RK_STG_IPC_MIN),
+     * 256 KiB and one more the pipelining one (RK_STG_BIG). */
+    size_t s[] = {1,         3,         4099,        65535,     65536, (size_t)256 << 10,
+                  ((size_t)256 << 10) + 1, chunk - 1, chunk, chunk + 1, 3 * chunk + 5, max_bytes};
     nsizes = 0;
     for (size_t i = 0; i < sizeof s / sizeof s[0]; i++)
         if (s[i] <= max_bytes && (!quick || i % 2 == 0 || s[i] == max_bytes))
@@ -753,7 +755,9 @@ static void t_ipc(size_t n)
         got[0] = got[1] = 5; /* senders map nothing: neutral */
     MPI_Allreduce(got, mn, 3, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
     MPI_Allreduce(got, mx, 3, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
-    if (mx[2])
+    if (mx[2] && getenv("RKT_FAKE_MAP_FAIL"))
+        mdiag("mappings refused on purpose: the mapping counts were not checked");
+    else if (mx[2])
         mok(mn[2] == 1 && mn[0] >= 5 && mn[1] >= 5,
             "IPC: each receiver mapped every new allocation afresh (at least 5 opened and 5 "
             "replaced; min %ld and %ld)", mn[0], mn[1]);
@@ -1252,6 +1256,33 @@ static void t_coll_ipc_fallback(size_t n)
     long d = ipc_maps() - m0, mx = 0;
     MPI_Allreduce(&d, &mx, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
     mok(mx == 0, "... and no rank mapped a peer's buffer (%ld)", mx);
+    if (rk_ipc_on && np > 1) {
+        /* Rank 1 cannot map the peers' new allocations: every rank stages
+         * after all, with the data (in place too) as MPI gives it. */
+        rk_stg_fake_ipc_renew();
+        if (me == 1)
+            rk_stg_fake_ipc_fail(1);
+        g_rank = me;
+        int *a = ibuf(DEV, n, val_rank, NULL);
+        rc = MPI_Allreduce(MPI_IN_PLACE, a, (int)n, MPI_INT, MPI_SUM, c);
+        h = back(DEV, a, n);
+        ok = rc == MPI_SUCCESS;
+        for (size_t i = 0; i < n && ok; i++)
+            ok = h[i] == sum_ranks(i, np);
+        free(h);
+        r = xalloc(DEV, n * (size_t)np * sizeof(int));
+        rc = MPI_Allgather(a, (int)n, MPI_INT, r, (int)n, MPI_INT, c);
+        h = back(DEV, r, n * (size_t)np);
+        ok &= rc == MPI_SUCCESS;
+        for (int q = 0; q < np && ok; q++)
+            for (size_t i = 0; i < n && ok; i++)
+                ok = h[(size_t)q * n + i] == sum_ranks(i, np);
+        free(h);
+        if (me == 1)
+            rk_stg_fake_ipc_fail(0);
+        mok(ok, "Allreduce (IN_PLACE) and Allgather of %zu device ints, rank 1 unable to map "
+                "its peers' memory: staged on every rank, right", n);
+    }
 #endif
     MPI_Comm_free(&c);
     xfree(DEV, s);
@@ -1340,6 +1371,11 @@ int main(int argc, char **argv)
     /* Built with the plugin's sources: staging's init, as init.c calls it
      * (a no-op when init.c already did). */
     rk_mpi_staging_init();
+    /* RKT_FAKE_MAP_FAIL=N: every Nth IPC mapping is refused, so that the
+     * receiver asks the sender for the data instead. */
+    const char *mf = getenv("RKT_FAKE_MAP_FAIL");
+    if (mf && atoi(mf) > 0)
+        rk_stg_fake_ipc_fail(atoi(mf));
     /* RKT_FAKE_SHARED_GPU: as if the ranks shared one GPU, so that IPC
      * copies take their way through pinned memory. */
     if (getenv("RKT_FAKE_SHARED_GPU"))
@@ -1459,6 +1495,13 @@ int main(int argc, char **argv)
     mdiag("rank 0 staged %llu bytes in %llu calls, %.3f s", (unsigned long long)sb,
           (unsigned long long)sm, (double)sns * 1e-9);
     mok(!rk_stg_on || (sb > 0 && sm > 0), "staging counters move when staging is on");
+    if (mf && atoi(mf) > 0 && rk_ipc_on) {
+        rk_ipc_stats_t ist;
+        rk_ipc_stats(&ist);
+        long r = (long)ist.refused_maps, all = 0;
+        MPI_Allreduce(&r, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
+        mok(all > 0, "refused mappings happened (%ld) and every message above still arrived", all);
+    }
 #endif
     MPI_Barrier(MPI_COMM_WORLD);
 #ifdef RKT_FAKE

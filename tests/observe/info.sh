@@ -74,6 +74,21 @@ if [ -f "$so" ]; then
         grep -q '^  staging:     RANKMEM_STAGING=on: on: .*whatever the MPI' "$tmp/on"
     RANKMEM_STAGING=sometimes "$info" >"$tmp/bad" 2>&1
     check "a bad RANKMEM_STAGING: every rank would stop" grep -q 'a bad value' "$tmp/bad"
+    # The run-time awareness query under the plugin (mpi/mpix.c): 1 where
+    # a rank stages, the MPI's own answer where none can.
+    if grep -q '^  no GPU: ' "$tmp/out"; then
+        case $aware in
+        no | yes)
+            [ "$aware" = yes ] && a=1 || a=0
+            check "no GPU: MPIX query answers the MPI's own $a" \
+                grep -q "^  MPIX query:  MPIX_Query_[a-z]*_support() answers $a: the MPI's own" "$tmp/out"
+            ;;
+        *) check "an MPIX query line" grep -q '^  MPIX query:  MPIX_Query_[a-z]*_support() ' "$tmp/out" ;;
+        esac
+    else
+        check "a GPU and RANKMEM_STAGING=on: MPIX query answers 1" \
+            grep -q '^  MPIX query:  MPIX_Query_[a-z]*_support() answers 1: staging' "$tmp/on"
+    fi
 else
     check "no plugin: no staging" grep -q '^  staging:     .*not built' "$tmp/out"
 fi
@@ -114,6 +129,7 @@ assert d["build"]["mpi_plugin"] is built, "build.mpi_plugin"
 assert m["cuda_aware"] in ("yes", "no", "unknown") and m["cuda_aware_how"], "cuda_aware"
 assert ("  CUDA-aware:  %s (" % m["cuda_aware"]) in text, "the text's CUDA-aware is the JSON's"
 assert m["staging"]["setting"] == "auto" and m["staging"]["effect"] in text, "staging"
+assert ("  MPIX query:  %s\n" % m["staging"]["mpix_query"]) in text, "the text's MPIX query is the JSON's"
 assert isinstance(m["observation"]["possible"], bool) and m["observation"]["effect"] in text
 assert isinstance(m["serving"]["possible"], bool) and m["serving"]["effect"] in text
 if m["observation"]["cupti"]:
