@@ -80,6 +80,7 @@ typedef struct {
 typedef int (*cu_attrs_fn)(unsigned, int *, void **, unsigned long long);
 static cu_attrs_fn cu_attrs;
 #define RK_CU_POINTER_ATTRIBUTE_BUFFER_ID 7
+#define RK_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10
 #define RK_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
 #define RK_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
 
@@ -162,6 +163,13 @@ static int make_handle(uint64_t base, unsigned char *out)
         return 0;
     }
 #if RK_IPC_CUDA
+    /* The driver says which memory the IPC calls take (not stream-ordered
+     * pools, VMM or managed memory); an old driver that cannot tell: ask. */
+    int capable = 1;
+    int attr = RK_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
+    void *data = &capable;
+    if (driver_ready() && cu_attrs(1, &attr, &data, (unsigned long long)base) == 0 && !capable)
+        return -1;
     cudaIpcMemHandle_t h;
     int prev = dev_enter();
     cudaError_t e = cudaIpcGetMemHandle(&h, (void *)(uintptr_t)base);
@@ -227,6 +235,18 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
     return ok ? 0 : -1;
 }
 
+void rk_ipc_forget_export(const void *buf)
+{
+    uint64_t base, size, id;
+    if (allocation_of(buf, &base, &size, &id) != 0)
+        return;
+    pthread_mutex_lock(&lock);
+    for (int i = 0; i < EXPORTS; i++)
+        if (ex[i].used && ex[i].base == base && ex[i].id == id)
+            ex[i].ok = 0;
+    pthread_mutex_unlock(&lock);
+}
+
 /* ---- importer: mappings by (owner, buffer id) ---- */
 
 typedef struct map {
@@ -240,8 +260,16 @@ typedef struct map {
 } map_t;
 static map_t *maps;
 static int nmaps;
+/* Allocations found unsuitable (not mappable exactly), so that a second
+ * descriptor of one is refused without opening it again. */
+#define BAD 64
+static struct {
+    int owner;
+    uint64_t id;
+} bad[BAD];
+static int nbad;
 
-static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
+static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len, int *unsuitable)
 {
     if (fake_fd >= 0) {
         fake_handle_t h;
@@ -281,6 +309,25 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
         snprintf(why, len, "cudaIpcOpenMemHandle: %s", cudaGetErrorString(e));
         return NULL;
     }
+    /* The mapping must be the exporter's allocation itself, or offsets into
+     * it read other memory: a small allocation the driver carved out of a
+     * larger block maps as that block (seen on the H100 with 64 KiB
+     * buffers). Such memory is not exported again (ACK flag). */
+    unsigned long long mb = 0;
+    size_t ms = 0;
+    int attrs[2] = {RK_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, RK_CU_POINTER_ATTRIBUTE_RANGE_SIZE};
+    void *data[2] = {&mb, &ms};
+    if (driver_ready() && cu_attrs(2, attrs, data, (unsigned long long)(uintptr_t)p) == 0 &&
+        (mb != (unsigned long long)(uintptr_t)p || ms != d->size)) {
+        prev = dev_enter();
+        if (cudaIpcCloseMemHandle(p) != cudaSuccess)
+            (void)cudaGetLastError();
+        dev_leave(prev);
+        snprintf(why, len, "its allocation of %llu bytes maps here as %zu bytes",
+                 (unsigned long long)d->size, ms);
+        *unsuitable = 1;
+        return NULL;
+    }
     return p;
 #else
     snprintf(why, len, "a build without CUDA");
@@ -312,8 +359,14 @@ static void drop(map_t **pp)
     free(m);
 }
 
-void *rk_ipc_map(const rk_ipc_desc_t *d)
+void *rk_ipc_map(const rk_ipc_desc_t *d) { return rk_ipc_map_ex(d, NULL); }
+
+void *rk_ipc_map_ex(const rk_ipc_desc_t *d, int *unsuitable)
 {
+    int dummy = 0;
+    if (!unsuitable)
+        unsuitable = &dummy;
+    *unsuitable = 0;
     if (!d || d->offset > d->size || d->bytes > d->size - d->offset)
         return NULL;
     pthread_mutex_lock(&lock);
@@ -324,6 +377,12 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
             stats.hits++;
             pthread_mutex_unlock(&lock);
             return m->ptr + d->offset;
+        }
+    for (int i = 0; i < nbad && i < BAD; i++)
+        if (bad[i].owner == d->owner && bad[i].id == d->buffer_id) {
+            *unsuitable = 1;
+            pthread_mutex_unlock(&lock);
+            return NULL;
         }
     /* A new allocation of that owner over addresses we map: the old one is
      * gone (freed, perhaps reallocated with other contents), so its mapping
@@ -352,7 +411,7 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
         drop(vp);
     }
     char why[160] = "";
-    char *p = open_mapping(d, why, sizeof why);
+    char *p = open_mapping(d, why, sizeof why, unsuitable);
     map_t *m = p ? calloc(1, sizeof *m) : NULL;
     if (p && !m) {
         map_t tmp = {.ptr = p, .size = d->size};
@@ -360,9 +419,17 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
         p = NULL;
     }
     if (!p) {
-        static int told;
+        static int told, told_unsuitable;
         stats.refused_maps++;
-        if (!told++)
+        if (*unsuitable) {
+            bad[nbad % BAD].owner = d->owner;
+            bad[nbad % BAD].id = d->buffer_id;
+            nbad++;
+            if (!told_unsuitable++)
+                rk_mpi_verbose("staging: rank %d's device buffer cannot be mapped exactly (%s): "
+                               "such buffers are staged",
+                               (int)d->owner, why);
+        } else if (!told++)
             rk_mpi_warn("staging: cannot map rank %d's device memory (%s): its messages to this "
                         "rank are staged instead",
                         (int)d->owner, why[0] ? why : "out of memory");
