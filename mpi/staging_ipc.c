@@ -111,6 +111,8 @@ static void dev_leave(int prev)
 }
 #endif
 
+#define IPC_MIN_ALLOCATION ((size_t)2 << 20)
+
 /* The allocation holding p: base, size and id. 0, or -1. */
 static int allocation_of(const void *p, uint64_t *base, uint64_t *size, uint64_t *id)
 {
@@ -133,6 +135,14 @@ static int allocation_of(const void *p, uint64_t *base, uint64_t *size, uint64_t
                     RK_CU_POINTER_ATTRIBUTE_BUFFER_ID};
     void *data[3] = {&b, &sz, &id64};
     if (cu_attrs(3, attrs, data, (unsigned long long)(uintptr_t)p) != 0 || !b || !sz)
+        return -1;
+    /* cudaMalloc packs allocations under 2 MiB into shared 2 MiB blocks
+     * (seen on the H100: a 4 KiB and a 1 MiB allocation 4.5 KiB apart). A
+     * message from such memory, freed and allocated again, was read stale
+     * through IPC there (64 KiB buffers, 4 ranks on one GPU): the buffer
+     * id does not tell a new allocation from an old one inside a block. So
+     * only allocations of whole blocks are exported. */
+    if (sz < IPC_MIN_ALLOCATION)
         return -1;
     *base = b;
     *size = sz;
@@ -491,7 +501,7 @@ static void *probe_alloc(void)
     void *p = NULL;
     int prev = dev_enter();
     rk_obs_internal_depth++; /* rankmem's own memory, not the program's */
-    cudaError_t e = cudaMalloc(&p, 4096);
+    cudaError_t e = cudaMalloc(&p, IPC_MIN_ALLOCATION); /* a whole block: exportable */
     rk_obs_internal_depth--;
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
