@@ -165,6 +165,11 @@ static const char *driver_open(void)
 #endif
 }
 
+int rk_stg_cu_pointer_attrs(unsigned n, int *attrs, void **data, const void *p)
+{
+    return cu_attrs ? cu_attrs(n, attrs, data, (unsigned long long)(uintptr_t)p) : -1;
+}
+
 static void table_put(uint64_t key, unsigned kind)
 {
     size_t i = rk_stg_slot(key);

@@ -79,6 +79,10 @@ RK_MPI_HIDDEN int rk_stg_ring_poll(void);
 RK_MPI_HIDDEN extern _Atomic uint64_t rk_stg_table[1u << RK_STG_TABLE_BITS];
 RK_MPI_HIDDEN extern _Atomic uint64_t rk_stg_gen; /* 16 bits used */
 
+/* The driver's cuPointerGetAttributes (opened at init when this rank
+ * stages, CUDA builds): its result, or -1 when there is none. */
+RK_MPI_HIDDEN int rk_stg_cu_pointer_attrs(unsigned n, int *attrs, void **data, const void *p);
+
 /* Ask (driver or test backend) and cache. 1 device, 0 host. */
 RK_MPI_HIDDEN int rk_stg_classify_slow(const void *p);
 

@@ -17,7 +17,6 @@
 #include "recorder.h"
 #include "staging_internal.h"
 
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -77,22 +76,10 @@ typedef struct {
 /* ---- the driver's pointer query (the allocation's range and id) ---- */
 
 #if RK_IPC_CUDA
-typedef int (*cu_attrs_fn)(unsigned, int *, void **, unsigned long long);
-static cu_attrs_fn cu_attrs;
 #define RK_CU_POINTER_ATTRIBUTE_BUFFER_ID 7
 #define RK_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE 10
 #define RK_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR 11
 #define RK_CU_POINTER_ATTRIBUTE_RANGE_SIZE 12
-
-static int driver_ready(void)
-{
-    if (cu_attrs)
-        return 1;
-    void *h = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-    if (h)
-        cu_attrs = (cu_attrs_fn)(uintptr_t)dlsym(h, "cuPointerGetAttributes");
-    return cu_attrs != NULL;
-}
 
 /* Run with the staging device current (threads start on device 0). */
 static int dev_enter(void)
@@ -127,21 +114,19 @@ static int allocation_of(const void *p, uint64_t *base, uint64_t *size, uint64_t
         return 0;
     }
 #if RK_IPC_CUDA
-    if (!driver_ready())
-        return -1;
     unsigned long long b = 0, id64 = 0;
     size_t sz = 0;
     int attrs[3] = {RK_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, RK_CU_POINTER_ATTRIBUTE_RANGE_SIZE,
                     RK_CU_POINTER_ATTRIBUTE_BUFFER_ID};
     void *data[3] = {&b, &sz, &id64};
-    if (cu_attrs(3, attrs, data, (unsigned long long)(uintptr_t)p) != 0 || !b || !sz)
+    if (rk_stg_cu_pointer_attrs(3, attrs, data, p) != 0 || !b || !sz)
         return -1;
     /* cudaMalloc packs allocations under 2 MiB into shared 2 MiB blocks
-     * (seen on the H100: a 4 KiB and a 1 MiB allocation 4.5 KiB apart). A
-     * message from such memory, freed and allocated again, was read stale
-     * through IPC there (64 KiB buffers, 4 ranks on one GPU): the buffer
-     * id does not tell a new allocation from an old one inside a block. So
-     * only allocations of whole blocks are exported. */
+     * (seen on the H100: a 4 KiB and a 1 MiB allocation 4.5 KiB apart).
+     * On that machine a 64 KiB buffer freed and allocated again was now and
+     * then read with old contents through IPC (4 ranks on one GPU), while
+     * whole-block allocations never were; the cause inside the driver was
+     * not pinned down. So only allocations of whole blocks are exported. */
     if (sz < IPC_MIN_ALLOCATION)
         return -1;
     *base = b;
@@ -178,7 +163,7 @@ static int make_handle(uint64_t base, unsigned char *out)
     int capable = 1;
     int attr = RK_CU_POINTER_ATTRIBUTE_IS_LEGACY_CUDA_IPC_CAPABLE;
     void *data = &capable;
-    if (driver_ready() && cu_attrs(1, &attr, &data, (unsigned long long)base) == 0 && !capable)
+    if (rk_stg_cu_pointer_attrs(1, &attr, &data, (const void *)(uintptr_t)base) == 0 && !capable)
         return -1;
     cudaIpcMemHandle_t h;
     int prev = dev_enter();
@@ -245,18 +230,6 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
     return ok ? 0 : -1;
 }
 
-void rk_ipc_forget_export(const void *buf)
-{
-    uint64_t base, size, id;
-    if (allocation_of(buf, &base, &size, &id) != 0)
-        return;
-    pthread_mutex_lock(&lock);
-    for (int i = 0; i < EXPORTS; i++)
-        if (ex[i].used && ex[i].base == base && ex[i].id == id)
-            ex[i].ok = 0;
-    pthread_mutex_unlock(&lock);
-}
-
 /* ---- importer: mappings by (owner, buffer id) ---- */
 
 typedef struct map {
@@ -270,16 +243,8 @@ typedef struct map {
 } map_t;
 static map_t *maps;
 static int nmaps;
-/* Allocations found unsuitable (not mappable exactly), so that a second
- * descriptor of one is refused without opening it again. */
-#define BAD 64
-static struct {
-    int owner;
-    uint64_t id;
-} bad[BAD];
-static int nbad;
 
-static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len, int *unsuitable)
+static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
 {
     if (fake_fd >= 0) {
         fake_handle_t h;
@@ -319,15 +284,14 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len, int *un
         snprintf(why, len, "cudaIpcOpenMemHandle: %s", cudaGetErrorString(e));
         return NULL;
     }
-    /* The mapping must be the exporter's allocation itself, or offsets into
-     * it read other memory: a small allocation the driver carved out of a
-     * larger block maps as that block (seen on the H100 with 64 KiB
-     * buffers). Such memory is not exported again (ACK flag). */
+    /* Offsets into the mapping must land in the exporter's allocation: a
+     * mapping of another extent is refused (the sender then sends the data
+     * staged). A defence only: on the H100 every mapping tried was exact. */
     unsigned long long mb = 0;
     size_t ms = 0;
     int attrs[2] = {RK_CU_POINTER_ATTRIBUTE_RANGE_START_ADDR, RK_CU_POINTER_ATTRIBUTE_RANGE_SIZE};
     void *data[2] = {&mb, &ms};
-    if (driver_ready() && cu_attrs(2, attrs, data, (unsigned long long)(uintptr_t)p) == 0 &&
+    if (rk_stg_cu_pointer_attrs(2, attrs, data, p) == 0 &&
         (mb != (unsigned long long)(uintptr_t)p || ms != d->size)) {
         prev = dev_enter();
         if (cudaIpcCloseMemHandle(p) != cudaSuccess)
@@ -335,7 +299,6 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len, int *un
         dev_leave(prev);
         snprintf(why, len, "its allocation of %llu bytes maps here as %zu bytes",
                  (unsigned long long)d->size, ms);
-        *unsuitable = 1;
         return NULL;
     }
     return p;
@@ -369,14 +332,8 @@ static void drop(map_t **pp)
     free(m);
 }
 
-void *rk_ipc_map(const rk_ipc_desc_t *d) { return rk_ipc_map_ex(d, NULL); }
-
-void *rk_ipc_map_ex(const rk_ipc_desc_t *d, int *unsuitable)
+void *rk_ipc_map(const rk_ipc_desc_t *d)
 {
-    int dummy = 0;
-    if (!unsuitable)
-        unsuitable = &dummy;
-    *unsuitable = 0;
     if (!d || d->offset > d->size || d->bytes > d->size - d->offset)
         return NULL;
     pthread_mutex_lock(&lock);
@@ -387,12 +344,6 @@ void *rk_ipc_map_ex(const rk_ipc_desc_t *d, int *unsuitable)
             stats.hits++;
             pthread_mutex_unlock(&lock);
             return m->ptr + d->offset;
-        }
-    for (int i = 0; i < nbad && i < BAD; i++)
-        if (bad[i].owner == d->owner && bad[i].id == d->buffer_id) {
-            *unsuitable = 1;
-            pthread_mutex_unlock(&lock);
-            return NULL;
         }
     /* A new allocation of that owner over addresses we map: the old one is
      * gone (freed, perhaps reallocated with other contents), so its mapping
@@ -421,7 +372,7 @@ void *rk_ipc_map_ex(const rk_ipc_desc_t *d, int *unsuitable)
         drop(vp);
     }
     char why[160] = "";
-    char *p = open_mapping(d, why, sizeof why, unsuitable);
+    char *p = open_mapping(d, why, sizeof why);
     map_t *m = p ? calloc(1, sizeof *m) : NULL;
     if (p && !m) {
         map_t tmp = {.ptr = p, .size = d->size};
@@ -429,17 +380,9 @@ void *rk_ipc_map_ex(const rk_ipc_desc_t *d, int *unsuitable)
         p = NULL;
     }
     if (!p) {
-        static int told, told_unsuitable;
+        static int told;
         stats.refused_maps++;
-        if (*unsuitable) {
-            bad[nbad % BAD].owner = d->owner;
-            bad[nbad % BAD].id = d->buffer_id;
-            nbad++;
-            if (!told_unsuitable++)
-                rk_mpi_verbose("staging: rank %d's device buffer cannot be mapped exactly (%s): "
-                               "such buffers are staged",
-                               (int)d->owner, why);
-        } else if (!told++)
+        if (!told++)
             rk_mpi_warn("staging: cannot map rank %d's device memory (%s): its messages to this "
                         "rank are staged instead",
                         (int)d->owner, why[0] ? why : "out of memory");

@@ -64,12 +64,6 @@ RK_MPI_HIDDEN int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d);
  * NULL when the mapping was refused (message printed once). Each non-NULL
  * answer holds the mapping until rk_ipc_release. */
 RK_MPI_HIDDEN void *rk_ipc_map(const rk_ipc_desc_t *d);
-/* The same; *unsuitable set when the mapping opened but is not exactly the
- * exporter's allocation (the exporter should stop exporting it:
- * rk_ipc_forget_export). */
-RK_MPI_HIDDEN void *rk_ipc_map_ex(const rk_ipc_desc_t *d, int *unsuitable);
-/* Exporter: never export the allocation holding buf again. */
-RK_MPI_HIDDEN void rk_ipc_forget_export(const void *buf);
 RK_MPI_HIDDEN void rk_ipc_release(const void *mapped);
 
 /* Counters for the verbose line and the tests: mappings opened, closed

@@ -54,9 +54,6 @@ _Static_assert(sizeof(hdr_t) == RK_STG_HDR_BYTES, "header size");
  * int, ACK_*, once it has the data (or cannot). */
 #define SEG_IPC 0xFFFFFFFFu
 enum { ACK_DONE = 0, ACK_SEND_DATA = 1, ACK_NONE = 2 };
-/* With ACK_SEND_DATA: and do not export that allocation again (it cannot
- * be mapped exactly here). */
-#define ACK_NO_EXPORT 4
 
 static int is_header(const void *p, hdr_t *h)
 {
@@ -879,10 +876,9 @@ static int ipc_take(void *buf, int count, MPI_Datatype dt, int dev, const rk_stg
     }
     if (total == 0)
         return ACK_DONE;
-    int unsuitable = 0;
-    char *p = rk_ipc_map_ex(d, &unsuitable);
+    char *p = rk_ipc_map(d);
     if (!p)
-        return ACK_SEND_DATA | (unsuitable ? ACK_NO_EXPORT : 0);
+        return ACK_SEND_DATA;
     *copied += total;
     if (L->contig) {
         /* Device to device (or to the user's host buffer), on the stream
@@ -972,7 +968,7 @@ static void ipc_recv_advance(req_t *r)
         if (r->pk.kind)
             rk_stg_buf_put(&r->pk); /* the bounce buffer */
         MPI_Comm wc = rk_stg_comm();
-        if (r->ack & ACK_SEND_DATA) {
+        if (r->ack == ACK_SEND_DATA) {
             if (rk_stg_buf_get(r->total, 0, &r->pk) != 0) {
                 r->err = MPI_ERR_NO_MEM;
                 r->ack = ACK_NONE;
@@ -989,7 +985,7 @@ static void ipc_recv_advance(req_t *r)
             r->err = MPI_ERR_OTHER, flag = 1;
         if (!flag)
             return;
-        if ((r->ack & ACK_SEND_DATA) && r->err == MPI_SUCCESS) {
+        if (r->ack == ACK_SEND_DATA && r->err == MPI_SUCCESS) {
             int rc = deliver(r->ubuf, r->count, r->dt, r->dev, r->pk.ptr, r->total, r->comm,
                              &r->copied);
             if (rc != MPI_SUCCESS)
@@ -1005,8 +1001,6 @@ static void ipc_recv_advance(req_t *r)
  * nothing is left to do (an error), 0 when the send is posted. Under eng. */
 static int ipc_send_data(req_t *r)
 {
-    if (r->ack & ACK_NO_EXPORT)
-        rk_ipc_forget_export(r->ubuf);
     r->ack = -1;
     if (rk_stg_buf_get(r->L.size, 0, &r->hb) != 0 ||
         rk_stg_copy_sync(r->hb.ptr, r->ubuf, r->L.size, RK_STG_D2H) != 0) {
@@ -1069,7 +1063,7 @@ static int advance_locked(req_t *r)
                 flag = 1;
                 if (r->nseg)
                     PMPI_Testall(r->nseg, r->segs, &flag, MPI_STATUSES_IGNORE);
-                if (flag && r->ipc && r->ack > 0 && (r->ack & ACK_SEND_DATA) && !r->leak)
+                if (flag && r->ipc && r->ack == ACK_SEND_DATA && !r->leak)
                     flag = ipc_send_data(r);
                 if (flag)
                     r->state = S_DONE;
@@ -1592,7 +1586,7 @@ static int recv_ipc(void *buf, int count, MPI_Datatype dt, int dev, const hdr_t 
     if (bounce.kind)
         rk_stg_buf_put(&bounce);
     mrc = PMPI_Send(&ack, 1, MPI_INT, src, h->id, rk_ipc_ack_comm());
-    if ((ack & ACK_SEND_DATA) && mrc == MPI_SUCCESS) {
+    if (ack == ACK_SEND_DATA && mrc == MPI_SUCCESS) {
         rk_stg_buf_t t;
         if (rk_stg_buf_get(h->total, 1, &t) != 0)
             return MPI_ERR_NO_MEM;
