@@ -16,7 +16,8 @@
  * has one arena, shared by the threads that use it, found through a small
  * per-thread cache of (stream, arena) pairs. Each arena has its own lock, so
  * threads on their own streams never wait for each other on the hot path,
- * and nothing there calls the system or CUDA.
+ * write no shared cache line there (see "bytes in use" for the one shared
+ * total), and nothing there calls the system or CUDA.
  *
  * Inside a superblock, free memory is a bitmap of 256-byte units (1 = free):
  * allocation is address-ordered first fit (the lowest run of free units that
