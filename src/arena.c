@@ -81,7 +81,7 @@
 #define TCACHE 4       /* (stream, arena) pairs a thread remembers */
 #define PENDING_MAX 1024 /* cross-stream frees an arena holds before it drains them */
 #define PENDING_STREAMS 8 /* distinct streams among them */
-#define USED_BATCH ((long long)256 << 10) /* an arena's use may exceed its part of the total by this */
+#define USED_BATCH ((long long)256 << 10) /* most an arena's use runs above its part */
 
 typedef struct arena arena_t;
 
