@@ -16,7 +16,8 @@
  * has one arena, shared by the threads that use it, found through a small
  * per-thread cache of (stream, arena) pairs. Each arena has its own lock, so
  * threads on their own streams never wait for each other on the hot path,
- * and nothing there calls the system or CUDA.
+ * write no shared cache line there (see "bytes in use" for the one shared
+ * total), and nothing there calls the system or CUDA.
  *
  * Inside a superblock, free memory is a bitmap of 256-byte units (1 = free):
  * allocation is address-ordered first fit (the lowest run of free units that
@@ -80,7 +81,7 @@
 #define TCACHE 4       /* (stream, arena) pairs a thread remembers */
 #define PENDING_MAX 1024 /* cross-stream frees an arena holds before it drains them */
 #define PENDING_STREAMS 8 /* distinct streams among them */
-#define USED_BATCH ((long long)256 << 10) /* an arena adds its use to the total by this much */
+#define USED_BATCH ((long long)256 << 10) /* most an arena's use runs above its part */
 
 typedef struct arena arena_t;
 
@@ -137,7 +138,8 @@ struct arena {
     rankmem_stream_t pstreams[PENDING_STREAMS];
     unsigned npstreams;
     size_t used, used_high, live_count;
-    long long delta;  /* change of used not yet added to the resource's total */
+    long long delta;  /* used less this arena's part of the resource's total */
+    long long floor;  /* minus a superblock's bytes: delta below it is added to the total */
     size_t waits;     /* stream orderings made for pending frees */
     size_t hint;      /* the slot that served the last small request */
 };
@@ -911,6 +913,7 @@ static arena_t *arena_new(ar_t *r, rankmem_stream_t stream, int per_thread)
     a->summary = a->bucket + r->nbuckets * r->nwords;
     a->owned = a->summary + r->nbuckets * r->nsum;
     a->stream = stream;
+    a->floor = -(long long)r->sb_bytes;
     a->per_thread = per_thread;
     a->id = ++r->narenas;
     a->next = r->arenas;
@@ -961,10 +964,16 @@ static inline arena_t *my_arena(ar_t *r, rankmem_stream_t stream)
 }
 
 /* ---- bytes in use ----
- * Each arena counts its own bytes (exact, under its lock) and adds them to the
- * resource's total in batches of USED_BATCH, so that threads share no counter
- * on the hot path; the total's peak is within (arenas x USED_BATCH) of the
- * true peak, and exact while one arena is in use. */
+ * Each arena counts its own bytes (exact, under its lock) and keeps a part of
+ * the resource's shared total, which it moves to its use only when the use
+ * runs USED_BATCH above it or a superblock below it. The band is lopsided
+ * because a thread allocating and freeing at once blocks of up to a
+ * superblock would otherwise write the shared line twice a pair (blocks of
+ * 256 KiB and more), and 16 threads doing so serialize on that line: here its
+ * part rises to the largest block it holds and then stays. So the total is
+ * within (arenas x USED_BATCH) below the true one and (arenas x a superblock)
+ * above it; its peak likewise (the query also caps it by the peak reserved).
+ * While one arena is in use its own exact peak is answered. */
 
 static void used_flush(ar_t *r, arena_t *a)
 {
@@ -990,7 +999,7 @@ static inline void used_sub(ar_t *r, arena_t *a, size_t bytes)
 {
     a->live_count--;
     a->used -= bytes;
-    if (RK_UNLIKELY((a->delta -= (long long)bytes) <= -USED_BATCH))
+    if (RK_UNLIKELY((a->delta -= (long long)bytes) < a->floor))
         used_flush(r, a);
 }
 
@@ -1562,8 +1571,9 @@ static rankmem_status_t arena_query(rankmem_resource_t *mr, rankmem_query_t what
         break;
     case RANKMEM_QUERY_POOL_MAX: v = r->arena_bytes; break;
     case RANKMEM_QUERY_USED_HIGH: {
-        /* One arena in use: its exact peak. Several: the batched total's
-         * peak (within arenas x USED_BATCH), at least the largest arena's. */
+        /* One arena in use: its exact peak. Several: the shared total's
+         * peak (see "bytes in use"), at least the largest arena's and
+         * at most the peak reserved (live blocks always lie in reserved memory). */
         size_t in_use = 0, best = 0;
         for (arena_t *a = arena_first(r); a; a = a->next) {
             int am = rk_block_lock(&a->lock);
@@ -1576,6 +1586,12 @@ static rankmem_status_t arena_query(rankmem_resource_t *mr, rankmem_query_t what
         }
         long long h = __atomic_load_n(&r->gused_high, __ATOMIC_RELAXED);
         v = in_use > 1 && h > 0 && (size_t)h > best ? (size_t)h : best;
+        if (v > best) {
+            pthread_mutex_lock(&r->glock);
+            if (v > r->reserved_high)
+                v = r->reserved_high > best ? r->reserved_high : best;
+            pthread_mutex_unlock(&r->glock);
+        }
         break;
     }
     case RANKMEM_QUERY_FREE_BLOCKS: /* the global arena's free ranges, the arenas' runs */

@@ -484,6 +484,52 @@ static void test_streams(void)
 /* ---- threads: frees from another thread; per-thread arenas ---- */
 
 static rankmem_resource_t *xmr;
+/* The peak in use with several arenas comes from a shared total that each
+ * arena moves only when its use runs 256 KiB above its part or a superblock
+ * below it: the answer lies within those bounds of the true peak, at least
+ * the largest arena's own peak and never above the peak reserved. */
+static void test_used_high_arenas(void)
+{
+    int finalized;
+    counting_t *up = counting_new(&finalized);
+    const size_t sb = MiB, blk = 900 * KiB;
+    rankmem_resource_t *mr = make_arena(&up->base, 8 * sb, sb, 0);
+    void *a, *b;
+    /* A's part rises to 900 KiB and stays there after the free. */
+    for (int i = 0; i < 100; i++) {
+        rankmem_allocate_async(mr, blk, 0, SA, &a);
+        rankmem_deallocate_async(mr, a, blk, 0, SA);
+    }
+    /* A's empty superblock goes back: nothing is reserved, A's part stays. */
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "trim");
+    ok(q(mr, RANKMEM_QUERY_RESERVED_CURRENT) == 0, "nothing reserved after trim");
+    rankmem_allocate_async(mr, blk, 0, SB_, &b);
+    /* True peak: 900 KiB at any time; A's stale part and B's make 1800 KiB. */
+    size_t high = q(mr, RANKMEM_QUERY_USED_HIGH), rhigh = q(mr, RANKMEM_QUERY_RESERVED_HIGH);
+    ok(rhigh == sb, "peak reserved: one superblock (%zu)", rhigh);
+    ok(high >= blk && high <= rhigh,
+       "peak in use %zu: at least the largest arena's %zu, at most the peak reserved %zu", high,
+       blk, rhigh);
+    /* Under the band: both arenas in use at once, their parts not moved. */
+    void *a2, *b2;
+    rankmem_allocate_async(mr, 100 * KiB, 0, SA, &a2);
+    rankmem_allocate_async(mr, 100 * KiB, 0, SB_, &b2);
+    size_t truth = blk + 200 * KiB;
+    high = q(mr, RANKMEM_QUERY_USED_HIGH);
+    rhigh = q(mr, RANKMEM_QUERY_RESERVED_HIGH);
+    ok(high + 2 * 256 * KiB >= truth && high <= truth + 2 * sb && high <= rhigh,
+       "peak in use %zu: within 2 x 256 KiB below and 2 superblocks above the true %zu, at "
+       "most the peak reserved %zu",
+       high, truth, rhigh);
+    rankmem_deallocate_async(mr, a2, 100 * KiB, 0, SA);
+    rankmem_deallocate_async(mr, b2, 100 * KiB, 0, SB_);
+    rankmem_deallocate_async(mr, b, blk, 0, SB_);
+    ok(q(mr, RANKMEM_QUERY_USED_CURRENT) == 0 && q(mr, RANKMEM_QUERY_LIVE_COUNT) == 0,
+       "in use now is exact: nothing");
+    rankmem_resource_release(mr);
+    ok(upstream_clean(up, &finalized), "peak with several arenas: nothing left upstream");
+}
+
 static void *xptr[64];
 
 static void *alloc_thread(void *arg)
@@ -752,6 +798,7 @@ int main(int argc, char **argv)
     test_placement();
     test_superblocks();
     test_streams();
+    test_used_high_arenas();
     test_cross_thread();
     test_random();
     stress_steps = long_run ? 400000 : 20000;
