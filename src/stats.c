@@ -35,7 +35,7 @@
  * of the benchmarks and most halo and scratch buffers, and a small error
  * next to a GPU's tens of GiB. */
 #define STATS_SLACK_BYTES ((size_t)8 << 20)
-#define STATS_SLACK_COUNT ((size_t)32)
+#define STATS_SLACK_COUNT ((size_t)8)
 
 typedef struct {
     rk_tpeak_local_t bytes, count;

@@ -184,7 +184,7 @@ size_t rk_tpeak_current(const rk_tpeak_t *g, const rk_tslot_set_t *set, size_t o
     return sum;
 }
 
-size_t rk_tpeak_peak(const rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off)
+size_t rk_tpeak_peak(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off)
 {
     unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_ACQUIRE);
     size_t peak = __atomic_load_n(&g->peak, __ATOMIC_RELAXED);
@@ -198,7 +198,13 @@ size_t rk_tpeak_peak(const rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off)
                 peak = p;
         }
     }
-    return peak > sum ? peak : sum;
+    /* The sum was a true value (when no update ran meanwhile): keep it, so
+     * that a query at the high point makes the peak exact from then on. */
+    if (sum > peak) {
+        raise_peak(&g->peak, sum);
+        peak = sum;
+    }
+    return peak;
 }
 
 size_t rk_tpeak_reset(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off,
