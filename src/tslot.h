@@ -99,14 +99,17 @@ static inline void *rk_tslot_payload(rk_tslot_t *t) { return (char *)t + RK_TSLO
  * of the current value: `seen` (flushed, as its last add returned it) plus
  * its change since.
  *
- * The bound: with n slots, every true value is within n * slack of
- * flushed + that thread's part, so the reported peak (the largest of the
- * shared peak, the slots' peaks of this epoch and the current value) is
- * within n * slack of the true peak, either way. With one thread the
- * estimate is exact at every update, and so is the peak.
+ * The bound, with n slots: the true value is flushed plus every slot's
+ * unflushed change, each within (-slack, slack); a thread's estimate is a
+ * flushed value it saw (since the last reset) plus its own unflushed part.
+ * So the reported peak (the largest of the shared peak, the slots' peaks
+ * of this epoch and the current value) is within n * slack of the true
+ * peak, either way. With one thread the estimate is exact at every update,
+ * and so is the peak.
  *
  * A reset (a scope push) bumps the epoch: slots' peaks of an older epoch
- * are ignored, and each thread restarts its own at its next increase. */
+ * are ignored, and each thread, at its next increase, flushes (so that
+ * its `seen` is a value from after the reset) and restarts its own. */
 typedef struct rk_tpeak {
     /* Read on every update, written only by resets. */
     size_t slack;    /* a thread flushes when its unflushed change reaches this; >= 1 */
