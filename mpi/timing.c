@@ -22,9 +22,9 @@
  * growth among fast pool hits) is estimated with a larger error: those
  * calls are sampled like the others.
  *
- * Every counter is per thread (a plain add to the thread's own slot, no
+ * Every counter is per thread (plain stores to the thread's own slot, no
  * lock-prefixed instruction on a line other threads write) and added up
- * when the report asks.
+ * when the report asks; an untimed call costs one decrement.
  *
  * It also marks, for observation (issue 19), that what the chain below
  * allocates from CUDA is rankmem's own: rk_obs_internal_depth, a plain
@@ -44,10 +44,14 @@
  * the thread exits, freed with the resource. Its own cache line: written
  * by its thread on every call. */
 typedef struct slot {
-    uint64_t ns;            /* sampled time: written by its thread only, read by the report */
-    uint64_t calls;         /* every call (same) */
-    uint64_t sampled;       /* timed calls (same) */
-    uint32_t countdown;     /* calls until the next timed one (its thread only) */
+    /* Written by the slot's thread only; the report reads them. Calls are
+     * counted by intervals, so that an untimed call costs one decrement:
+     * calls = done + (len - countdown). */
+    uint64_t ns;            /* sampled time */
+    uint64_t sampled;       /* timed calls */
+    uint64_t done;          /* calls of the finished intervals */
+    uint32_t len;           /* the current interval's length */
+    uint32_t countdown;     /* calls until the next timed one */
     uint64_t rng;           /* xorshift state (its thread only) */
     const void *thread;     /* the thread's tag */
     struct slot *next;
@@ -78,7 +82,7 @@ static __attribute__((noinline)) slot_t *slot_slow(timing_t *t)
             return NULL;
         memset(s, 0, sizeof *s);
         s->thread = &thread_tag;
-        s->countdown = 1; /* the first call is timed: a short run still has a sample */
+        s->len = s->countdown = 1; /* the first call is timed: a short run still has a sample */
         s->rng = ((uint64_t)(uintptr_t)s * 0x9e3779b97f4a7c15ull) | 1;
         s->next = __atomic_load_n(&t->slots, __ATOMIC_RELAXED);
         while (!__atomic_compare_exchange_n(&t->slots, &s->next, s, 1, __ATOMIC_RELEASE,
@@ -104,8 +108,9 @@ static inline void bump(uint64_t *x, uint64_t d)
 /* Whether this call is one to time; counts it. */
 static inline int take_sample(slot_t *s)
 {
-    bump(&s->calls, 1);
-    return __builtin_expect(--s->countdown == 0, 0);
+    uint32_t c = __atomic_load_n(&s->countdown, __ATOMIC_RELAXED) - 1;
+    __atomic_store_n(&s->countdown, c, __ATOMIC_RELAXED);
+    return __builtin_expect(c == 0, 0);
 }
 
 /* After a timed call: its time, and the next interval. */
@@ -113,17 +118,18 @@ static void sampled(timing_t *t, slot_t *s, uint64_t ns)
 {
     bump(&s->ns, ns);
     bump(&s->sampled, 1);
-    uint32_t p = __atomic_load_n(&t->period, __ATOMIC_RELAXED);
-    if (p <= 1) {
-        s->countdown = 1;
-        return;
+    bump(&s->done, s->len);
+    uint32_t p = __atomic_load_n(&t->period, __ATOMIC_RELAXED), len = 1;
+    if (p > 1) {
+        uint64_t x = s->rng; /* xorshift64 */
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        s->rng = x;
+        len = 1 + (uint32_t)((x >> 32) % (2 * (uint64_t)p - 1));
     }
-    uint64_t x = s->rng; /* xorshift64 */
-    x ^= x << 13;
-    x ^= x >> 7;
-    x ^= x << 17;
-    s->rng = x;
-    s->countdown = 1 + (uint32_t)((x >> 32) % (2 * (uint64_t)p - 1));
+    __atomic_store_n(&s->len, len, __ATOMIC_RELAXED);
+    __atomic_store_n(&s->countdown, len, __ATOMIC_RELAXED);
 }
 
 uint64_t rk_mpi_now_ns(void)
@@ -276,7 +282,9 @@ rankmem_status_t rk_mpi_timing_read(const rankmem_resource_t *mr, rk_mpi_timing_
     for (const slot_t *s = __atomic_load_n(&((const timing_t *)mr)->slots, __ATOMIC_ACQUIRE); s;
          s = s->next) {
         r.sampled_ns += __atomic_load_n(&s->ns, __ATOMIC_RELAXED);
-        r.calls += __atomic_load_n(&s->calls, __ATOMIC_RELAXED);
+        r.calls += __atomic_load_n(&s->done, __ATOMIC_RELAXED) +
+                   __atomic_load_n(&s->len, __ATOMIC_RELAXED) -
+                   __atomic_load_n(&s->countdown, __ATOMIC_RELAXED);
         r.sampled += __atomic_load_n(&s->sampled, __ATOMIC_RELAXED);
     }
     /* In floating point: ns * calls overflows 64 bits after ~5 hours in

@@ -90,8 +90,8 @@ static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t bytes, siz
     }
     slot_t *t = rk_tslot_get(&s->slots);
     if (RK_LIKELY(t != NULL)) {
-        rk_tpeak_add(&s->bytes, &t->bytes, bytes);
-        rk_tpeak_add(&s->count, &t->count, 1);
+        rk_tpeak_add(&s->bytes, &t->bytes, bytes, STATS_SLACK_BYTES);
+        rk_tpeak_add(&s->count, &t->count, 1, STATS_SLACK_COUNT);
         bump(&t->bytes_total, bytes);
         bump(&t->count_total, 1);
     } else {
@@ -112,8 +112,8 @@ static inline void count_move(stats_t *s, size_t db, size_t dc)
 {
     slot_t *t = rk_tslot_get(&s->slots);
     if (RK_LIKELY(t != NULL)) {
-        rk_tpeak_sub(&s->bytes, &t->bytes, (size_t)0 - db);
-        rk_tpeak_sub(&s->count, &t->count, (size_t)0 - dc);
+        rk_tpeak_sub(&s->bytes, &t->bytes, (size_t)0 - db, STATS_SLACK_BYTES);
+        rk_tpeak_sub(&s->count, &t->count, (size_t)0 - dc, STATS_SLACK_COUNT);
     } else {
         rk_tpeak_add_shared(&s->bytes, db);
         rk_tpeak_add_shared(&s->count, dc);
@@ -411,8 +411,8 @@ rankmem_status_t rankmem_stats_create(rankmem_resource_t *upstream, rankmem_reso
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_stats_create: cannot create a mutex");
     }
     s->lock_ok = 1;
-    rk_tpeak_init(&s->bytes, STATS_SLACK_BYTES);
-    rk_tpeak_init(&s->count, STATS_SLACK_COUNT);
+    rk_tpeak_init(&s->bytes);
+    rk_tpeak_init(&s->count);
     rk_tslot_set_init(&s->slots, sizeof(slot_t), NULL);
     *mr_p = mr;
     return RANKMEM_SUCCESS;

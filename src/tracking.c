@@ -73,9 +73,9 @@ static inline void high_move(tracking_t *t, size_t d, int up)
     if (RK_UNLIKELY(!l))
         rk_tpeak_add_shared(&t->high, d);
     else if (up)
-        rk_tpeak_add(&t->high, l, d);
+        rk_tpeak_add(&t->high, l, d, TRACKING_SLACK);
     else
-        rk_tpeak_sub(&t->high, l, (size_t)0 - d);
+        rk_tpeak_sub(&t->high, l, (size_t)0 - d, TRACKING_SLACK);
 }
 
 static const rankmem_resource_ops_t tracking_ops;
@@ -560,7 +560,7 @@ rankmem_status_t rankmem_tracking_create(rankmem_resource_t *upstream, int backt
     mr->device = upstream->device;
     tracking_t *t = (tracking_t *)mr;
     t->backtraces = backtraces != 0;
-    rk_tpeak_init(&t->high, TRACKING_SLACK);
+    rk_tpeak_init(&t->high);
     rk_tslot_set_init(&t->slots, sizeof(rk_tpeak_local_t), NULL);
     for (; t->nready < SHARDS; t->nready++) {
         shard_t *sh = &t->shards[t->nready];

@@ -110,7 +110,10 @@ void *rk_tslot_get_slow(rk_tslot_set_t *set)
     }
     pthread_mutex_unlock(&global_lock);
     void *payload = rk_tslot_payload(t);
-    rk_tslot_cache[set->id % RK_TSLOT_CACHE] = (rk_tslot_cache_t){set->id, payload};
+    rk_tslot_cache_t *c = &rk_tslot_cache[rk_tslot_way(set->id, 0)];
+    if (c->id != 0 && c->id != set->id) /* the displaced entry moves to its second way */
+        rk_tslot_cache[rk_tslot_way(c->id, 1)] = *c;
+    *c = (rk_tslot_cache_t){set->id, payload};
     return payload;
 }
 
@@ -130,9 +133,11 @@ void rk_tslot_set_fini(rk_tslot_set_t *set, void (*fn)(void *payload, void *arg)
     }
     pthread_mutex_unlock(&global_lock);
     /* Other threads' cache entries keep this id, which is never handed out again. */
-    rk_tslot_cache_t *c = &rk_tslot_cache[set->id % RK_TSLOT_CACHE];
-    if (c->id == set->id)
-        *c = (rk_tslot_cache_t){0, NULL};
+    for (int second = 0; second < 2; second++) {
+        rk_tslot_cache_t *c = &rk_tslot_cache[rk_tslot_way(set->id, second)];
+        if (c->id == set->id)
+            *c = (rk_tslot_cache_t){0, NULL};
+    }
 }
 
 /* ---- per-thread counters with a peak: see tslot.h ---- */
@@ -151,6 +156,7 @@ void rk_tpeak_flush(rk_tpeak_t *g, rk_tpeak_local_t *l)
     size_t f = __atomic_add_fetch(&g->flushed, cur - l->base, __ATOMIC_RELAXED);
     l->base = cur;
     l->seen = f;
+    l->off = f - cur;
     raise_peak(&g->peak, f);
 }
 

@@ -53,7 +53,12 @@ typedef struct rk_tslot_cache {
     void *payload;
 } rk_tslot_cache_t;
 
-#define RK_TSLOT_CACHE 4 /* a thread alternating between a few adaptors stays on the fast path */
+/* A thread alternating between a few adaptors stays on the fast path. Each
+ * set has a primary entry (id % RK_TSLOT_CACHE) and a second one (the
+ * primary ^ RK_TSLOT_CACHE / 2), where the slow path moves the entry it
+ * displaces: two sets of a chain whose ids collide (stats over tracking)
+ * both stay cached instead of taking turns through the global lock. */
+#define RK_TSLOT_CACHE 8
 
 /* initial-exec: a plain %fs-relative access, no __tls_get_addr call. */
 extern __thread rk_tslot_cache_t rk_tslot_cache[RK_TSLOT_CACHE]
@@ -68,9 +73,17 @@ RK_HIDDEN void rk_tslot_set_fini(rk_tslot_set_t *set, void (*fn)(void *payload, 
 /* NULL when a new slot cannot be allocated. */
 RK_HIDDEN void *rk_tslot_get_slow(rk_tslot_set_t *set);
 
+static inline size_t rk_tslot_way(uint64_t id, int second)
+{
+    return (size_t)(id % RK_TSLOT_CACHE) ^ (second ? RK_TSLOT_CACHE / 2 : 0);
+}
+
 static inline void *rk_tslot_get(rk_tslot_set_t *set)
 {
-    rk_tslot_cache_t *c = &rk_tslot_cache[set->id % RK_TSLOT_CACHE];
+    rk_tslot_cache_t *c = &rk_tslot_cache[rk_tslot_way(set->id, 0)];
+    if (RK_LIKELY(c->id == set->id))
+        return c->payload;
+    c = &rk_tslot_cache[rk_tslot_way(set->id, 1)];
     if (RK_LIKELY(c->id == set->id))
         return c->payload;
     return rk_tslot_get_slow(set);
@@ -111,8 +124,7 @@ static inline void *rk_tslot_payload(rk_tslot_t *t) { return (char *)t + RK_TSLO
  * are ignored, and each thread, at its next increase, flushes (so that
  * its `seen` is a value from after the reset) and restarts its own. */
 typedef struct rk_tpeak {
-    /* Read on every update, written only by resets. */
-    size_t slack;    /* a thread flushes when its unflushed change reaches this; >= 1 */
+    /* Read on every increase, written only by resets. */
     unsigned epoch;  /* atomic: bumped by each reset */
     /* Written by flushes: a line of their own. */
     size_t flushed __attribute__((aligned(64))); /* atomic: every flush, summed */
@@ -126,11 +138,13 @@ typedef struct rk_tpeak_local {
     unsigned epoch;  /* atomic (single writer) */
     size_t base;     /* cur at the last flush (the slot's thread only) */
     size_t seen;     /* flushed just after the last flush (the slot's thread only) */
+    size_t off;      /* seen - base: the estimate is cur + off (the slot's thread only) */
 } rk_tpeak_local_t;
 
-static inline void rk_tpeak_init(rk_tpeak_t *g, size_t slack)
+/* The slack is the caller's compile-time constant, the same on every
+ * update of a counter (its due test then folds into one compare). */
+static inline void rk_tpeak_init(rk_tpeak_t *g)
 {
-    g->slack = slack ? slack : 1;
     g->epoch = 1; /* slots start at 0: their first increase takes the slow path */
     g->flushed = g->peak = g->spill = 0;
 }
@@ -140,14 +154,14 @@ static inline void rk_tpeak_init(rk_tpeak_t *g, size_t slack)
 RK_HIDDEN void rk_tpeak_flush(rk_tpeak_t *g, rk_tpeak_local_t *l);
 RK_HIDDEN void rk_tpeak_rebase(rk_tpeak_t *g, rk_tpeak_local_t *l, unsigned epoch);
 
-/* Whether |d| (two's complement) >= slack, in one compare. */
+/* Whether |d| (two's complement) >= slack (>= 1), in one compare. */
 static inline int rk_tpeak_due(size_t d, size_t slack)
 {
     return d + (slack - 1) > 2 * (slack - 1);
 }
 
 /* An increase by d, from the thread that owns slot l. */
-static inline void rk_tpeak_add(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d)
+static inline void rk_tpeak_add(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d, size_t slack)
 {
     size_t cur = l->cur + d;
     __atomic_store_n(&l->cur, cur, __ATOMIC_RELAXED);
@@ -156,19 +170,19 @@ static inline void rk_tpeak_add(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d)
         rk_tpeak_rebase(g, l, e);
         return;
     }
-    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, g->slack)))
+    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, slack)))
         rk_tpeak_flush(g, l);
-    size_t est = l->seen + (cur - l->base);
+    size_t est = cur + l->off;
     if (est > l->lpeak)
         __atomic_store_n(&l->lpeak, est, __ATOMIC_RELAXED);
 }
 
 /* A decrease by d (no peak to raise). */
-static inline void rk_tpeak_sub(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d)
+static inline void rk_tpeak_sub(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d, size_t slack)
 {
     size_t cur = l->cur - d;
     __atomic_store_n(&l->cur, cur, __ATOMIC_RELAXED);
-    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, g->slack)))
+    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, slack)))
         rk_tpeak_flush(g, l);
 }
 
