@@ -204,13 +204,10 @@ size_t rk_tpeak_peak(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off)
                 peak = p;
         }
     }
-    /* The sum was a true value (when no update ran meanwhile): keep it, so
-     * that a query at the high point makes the peak exact from then on. */
-    if (sum > peak) {
-        raise_peak(&g->peak, sum);
-        peak = sum;
-    }
-    return peak;
+    /* Not recorded into the shared peak: read while threads run, the sum
+     * may be a value that never was (one slot read before a transfer to
+     * another thread, that one after), and would then stay. */
+    return peak > sum ? peak : sum;
 }
 
 size_t rk_tpeak_reset(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off,

@@ -193,8 +193,7 @@ RK_HIDDEN void rk_tpeak_add_shared(rk_tpeak_t *g, size_t d);
 /* Queries. The rk_tpeak_local_t sits at byte `off` of each payload of set.
  * The current value: spill plus every slot's cur. */
 RK_HIDDEN size_t rk_tpeak_current(const rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off);
-/* The peak since the last reset (never less than the current value, which
- * it also records into the shared peak). */
+/* The peak since the last reset (never less than the current value). */
 RK_HIDDEN size_t rk_tpeak_peak(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off);
 /* Restarts the peak at the current value, which it returns. The caller
  * serialises resets; self is the caller's own slot (NULL if it has none):
