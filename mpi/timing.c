@@ -3,12 +3,13 @@
  * right below the rank's stats adaptor, so it times the allocator proper.
  *
  * Reading the clock is what costs: clock_gettime(CLOCK_MONOTONIC) through
- * the vDSO is ~20-30 ns, and timing every call takes two reads a call,
- * four a pair, more than the pool's own bookkeeping (issue 21 measured
- * ~120 ns a pair on the H100 host). CLOCK_MONOTONIC_COARSE is cheaper but
- * ticks every few milliseconds, so a 100 ns call reads as 0 or one tick;
- * rdtsc is cheaper still (~7-10 ns) but four of them still cost more than
- * the 15 ns budget, and turning ticks into nanoseconds needs calibration.
+ * the vDSO is ~30 ns on the H100 host (74 ns on the 2-core CI machine), and
+ * timing every call takes two reads a call, four a pair, more than the
+ * pool's own bookkeeping (issue 21: ~120 ns a pair). CLOCK_MONOTONIC_COARSE
+ * is cheaper (13 ns on the CI machine) but ticks every 4 ms, so a 100 ns
+ * call reads as 0 or one tick; rdtsc (28 ns there, less on bare metal)
+ * four times a pair still costs more than the 15 ns budget, and its ticks
+ * need calibration against the clock.
  * So the layer samples: each thread times one call in `period` on average
  * (intervals drawn at random between 1 and 2 * period - 1, so that no
  * periodic pattern of the program lines up with them; the first call of a

@@ -602,7 +602,8 @@ static void one_thread_exact(void)
     rankmem_stats_t sc;
     sc.size = sizeof sc;
     rankmem_stats_pop(st, &sc);
-    ok(sc.bytes_peak == 2 * SLACK_BYTES && sc.count_peak == 1 && sc.bytes_total == 2 * SLACK_BYTES + 7,
+    ok(sc.bytes_peak == 2 * SLACK_BYTES && sc.count_peak == 1 &&
+           sc.bytes_total == 2 * SLACK_BYTES + 7,
        "one thread: a scope's peak exact after flushes (%zu, %zu)", sc.bytes_peak, sc.count_peak);
     /* A second scope right after: the slots' peaks of the first are gone. */
     rankmem_stats_push(st);

@@ -147,8 +147,8 @@ static void sixteen_threads(void)
     ok(r.sampled >= NT && r.sampled >= r.calls / 64 && r.sampled <= r.calls / 16,
        "16 threads: about one call in 32 timed (%llu of %llu)", (unsigned long long)r.sampled,
        (unsigned long long)r.calls);
-    ok(scaled(r) && r.ns > r.sampled_ns, "16 threads: the estimate scales the timed calls (%llu ns)",
-       (unsigned long long)r.ns);
+    ok(scaled(r) && r.ns > r.sampled_ns,
+       "16 threads: the estimate scales the timed calls (%llu ns)", (unsigned long long)r.ns);
     rankmem_resource_release(tm);
 }
 
@@ -171,9 +171,11 @@ static void bad_inputs(void)
 {
     up_t *u = make_up();
     rankmem_resource_t *tm = (rankmem_resource_t *)0x1;
-    is_status(rk_mpi_timing_create(NULL, &tm), RANKMEM_ERR_INVALID_ARGUMENT, "create: NULL upstream");
+    is_status(rk_mpi_timing_create(NULL, &tm), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: NULL upstream");
     ok(tm == (rankmem_resource_t *)0x1, "create: output untouched");
-    is_status(rk_mpi_timing_create(&u->base, NULL), RANKMEM_ERR_INVALID_ARGUMENT, "create: NULL output");
+    is_status(rk_mpi_timing_create(&u->base, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
+              "create: NULL output");
     rk_mpi_timing_create(&u->base, &tm);
     is_status(rk_mpi_timing_set_period(NULL, 4), RANKMEM_ERR_INVALID_ARGUMENT, "period: NULL");
     is_status(rk_mpi_timing_set_period(&u->base, 4), RANKMEM_ERR_INVALID_ARGUMENT,
