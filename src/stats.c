@@ -2,62 +2,45 @@
  * requested) and for allocation count, plus failures; nested scopes.
  *
  * Cost on the hot path is the point: the adaptor is meant to stay on in
- * production. A lock-prefixed instruction costs ~5 ns; a mutex costs two.
- * So:
- *  - current bytes and current count share one 16-byte word updated by a
- *    single cmpxchg16b per call (x86-64; elsewhere two fetch-adds). Each
- *    update returns the exact value after it, so the peaks (raised by a
- *    CAS only when exceeded) are exact under any interleaving;
- *  - totals are per-thread sums (tslot.h), written only by their thread
- *    with plain relaxed stores and added up when read;
- *  - failures are a shared counter: a failure is not a hot path;
- *  - biased to one thread: most ranks drive their GPU from one host thread,
- *    and even one lock-prefixed instruction per call is most of the budget.
- *    The thread that created the adaptor (its owner) updates current and
- *    peak with plain loads and stores while it is the only user. The first
- *    other thread that allocates, frees or changes scopes switches the
- *    adaptor to the shared (atomic) mode for good: it sets `shared`, runs
- *    membarrier() so that the owner's next check sees it, and waits until
- *    the owner is out of its plain section (an asymmetric Dekker handshake:
- *    the owner's side costs two plain stores and a load). Where membarrier
- *    is not available the adaptor starts shared.
+ * production, and OpenMP codes allocate from many threads at once. A
+ * lock-prefixed instruction costs ~5 ns alone and far more when threads
+ * fight over its line, so nothing on the common path writes a shared line:
+ *  - every counter is per thread (tslot.h): each thread adds to its own
+ *    slot with plain relaxed stores; totals and currents are the sums of
+ *    the slots, exact at every query made while no update is in flight;
+ *  - the peaks are rk_tpeak_t counters (tslot.h): a thread publishes its
+ *    change into a shared sum only when it reaches STATS_SLACK_BYTES (or
+ *    STATS_SLACK_COUNT allocations) either way, so a pair of allocate and
+ *    free below those sizes touches no shared line. The reported peak is
+ *    exact while one thread uses the adaptor, and within n * slack of the
+ *    true peak with n threads (n: the threads that have used it, at most
+ *    the number alive at once plus those whose slots wait for adoption);
+ *  - failures are a shared counter: a failure is not a hot path.
  *
- * Scopes: the live peak counters always hold the peak since the innermost
- * scope was pushed (push saves them and resets them to the current value;
- * pop raises them back to the saved value, which folds the scope's peak into
- * its parent). Totals and currents of a scope are differences from what
- * push saw. The scope stack sits under a mutex that the hot path never
- * takes. The counters since creation are the maximum of the live peak and
- * every saved one. */
+ * Scopes: push records the current values and totals and restarts the
+ * peaks at the current values (rk_tpeak_reset); pop reports the
+ * differences and raises the live peaks back to what push set aside, which
+ * folds the scope's peak into its parent. The scope stack sits under a
+ * mutex that the hot path never takes. The peaks since creation are the
+ * maximum of the live peak and every saved one. */
 #include "internal.h"
 #include "tslot.h"
-#include "bias.h"
 
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__x86_64__) && defined(__SIZEOF_INT128__) && defined(__GNUC__)
-/* cmpxchg16b exists on every x86-64 CPU since 2006 (x86-64-v2 baseline). */
-#define STATS_CX16 1
-#define HOT_TARGET __attribute__((target("cx16")))
-__extension__ typedef unsigned __int128 u128_t;
-#else
-#define STATS_CX16 0
-#define HOT_TARGET
-#endif
-
-/* Current bytes (h[0]) and count (h[1]); aligned for cmpxchg16b. */
-typedef union {
-#if STATS_CX16
-    u128_t w;
-#endif
-    size_t h[2];
-} __attribute__((aligned(16))) current_t;
+/* Sizes below these never touch a shared line in an allocate/free pair;
+ * the peak's bound is n times them. 8 MiB: larger than the working sizes
+ * of the benchmarks and most halo and scratch buffers, and a small error
+ * next to a GPU's tens of GiB. */
+#define STATS_SLACK_BYTES ((size_t)8 << 20)
+#define STATS_SLACK_COUNT ((size_t)8)
 
 typedef struct {
-    size_t bytes_total, count_total; /* written by the owning thread only */
-} thread_totals_t;
+    rk_tpeak_local_t bytes, count;
+    size_t bytes_total, count_total; /* written by the slot's thread only */
+} slot_t;
 
 typedef struct {
     size_t bytes, count;
@@ -72,15 +55,11 @@ typedef struct {
 
 typedef struct {
     rankmem_resource_t base;
-    current_t current;
-    pair_t peak;      /* atomic: peak since the innermost push (or creation) */
+    rk_tpeak_t bytes, count;
     size_t failures;  /* atomic */
     pair_t spill;     /* atomic: totals of calls made by a thread that got no slot */
-    rk_tslot_set_t totals;
-    const void *owner; /* thread_tag() of the creating thread */
-    int shared;        /* atomic; 1: every thread uses the atomic path */
-    int owner_busy;    /* atomic; the owner is inside a plain update */
-    pthread_mutex_t lock; /* the scope stack; the switch to shared */
+    rk_tslot_set_t slots;
+    pthread_mutex_t lock; /* the scope stack */
     int lock_ok;
     scope_t *scopes;
     size_t depth, cap;
@@ -88,32 +67,8 @@ typedef struct {
 
 static const rankmem_resource_ops_t stats_ops;
 
-/* ---- the owner's fast path ---- */
-
-/* rk_thread_tag() and membarrier come from bias.h: the arenas use the same
- * handshake for their locks. */
-static inline const void *thread_tag(void) { return rk_thread_tag(); }
-
-/* Called by any thread but the owner before it touches the counters. */
-static void make_shared(stats_t *s)
-{
-    if (RK_LIKELY(__atomic_load_n(&s->shared, __ATOMIC_ACQUIRE)))
-        return;
-    pthread_mutex_lock(&s->lock);
-    if (!__atomic_load_n(&s->shared, __ATOMIC_RELAXED)) {
-        __atomic_store_n(&s->shared, 1, __ATOMIC_SEQ_CST);
-        /* A full barrier on every thread: the owner either sees shared from
-         * now on, or its busy flag is visible to the loop below. */
-        rk_membarrier();
-        while (__atomic_load_n(&s->owner_busy, __ATOMIC_ACQUIRE))
-#if defined(__x86_64__) || defined(__i386__)
-            __builtin_ia32_pause();
-#else
-            ;
-#endif
-    }
-    pthread_mutex_unlock(&s->lock);
-}
+#define OFF_BYTES offsetof(slot_t, bytes)
+#define OFF_COUNT offsetof(slot_t, count)
 
 /* Single writer: a relaxed load and store, no lock prefix. */
 static inline void bump(size_t *x, size_t d)
@@ -121,84 +76,10 @@ static inline void bump(size_t *x, size_t d)
     __atomic_store_n(x, __atomic_load_n(x, __ATOMIC_RELAXED) + d, __ATOMIC_RELAXED);
 }
 
-static inline void raise_plain(size_t *peak, size_t v)
-{
-    if (v > __atomic_load_n(peak, __ATOMIC_RELAXED))
-        __atomic_store_n(peak, v, __ATOMIC_RELAXED);
-}
-
-/* The owner's update while the adaptor is not shared; returns 0 (nothing
- * done) when it is, or when the caller is not the owner. */
-static inline int owner_add(stats_t *s, size_t db, size_t dc, int raise)
-{
-    if (s->owner != thread_tag())
-        return 0;
-    __atomic_store_n(&s->owner_busy, 1, __ATOMIC_RELAXED);
-    __atomic_signal_fence(__ATOMIC_SEQ_CST); /* the other side's membarrier orders it */
-    if (RK_UNLIKELY(__atomic_load_n(&s->shared, __ATOMIC_RELAXED))) {
-        __atomic_store_n(&s->owner_busy, 0, __ATOMIC_RELEASE);
-        return 0;
-    }
-    size_t b = __atomic_load_n(&s->current.h[0], __ATOMIC_RELAXED) + db;
-    size_t c = __atomic_load_n(&s->current.h[1], __ATOMIC_RELAXED) + dc;
-    __atomic_store_n(&s->current.h[0], b, __ATOMIC_RELAXED);
-    __atomic_store_n(&s->current.h[1], c, __ATOMIC_RELAXED);
-    if (raise) {
-        raise_plain(&s->peak.bytes, b);
-        raise_plain(&s->peak.count, c);
-    }
-    __atomic_store_n(&s->owner_busy, 0, __ATOMIC_RELEASE);
-    return 1;
-}
-
 /* ---- hot path ---- */
 
-/* Adds (db, dc) (two's complement for a decrease) and returns the new value. */
-HOT_TARGET static inline pair_t current_add(stats_t *s, size_t db, size_t dc)
-{
-#if STATS_CX16
-    /* A torn first guess is fine: the CAS checks it and returns the truth. */
-    u128_t old = ((u128_t)__atomic_load_n(&s->current.h[1], __ATOMIC_RELAXED) << 64) |
-                 __atomic_load_n(&s->current.h[0], __ATOMIC_RELAXED);
-    for (;;) {
-        pair_t n = {(size_t)old + db, (size_t)(old >> 64) + dc};
-        u128_t want = ((u128_t)n.count << 64) | n.bytes;
-        u128_t got = __sync_val_compare_and_swap(&s->current.w, old, want);
-        if (RK_LIKELY(got == old))
-            return n;
-        old = got;
-    }
-#else
-    pair_t n;
-    n.bytes = __atomic_add_fetch(&s->current.h[0], db, __ATOMIC_RELAXED);
-    n.count = __atomic_add_fetch(&s->current.h[1], dc, __ATOMIC_RELAXED);
-    return n;
-#endif
-}
-
-/* An atomic snapshot of both currents (not on the hot path). */
-HOT_TARGET static pair_t current_read(stats_t *s)
-{
-#if STATS_CX16
-    u128_t v = __sync_val_compare_and_swap(&s->current.w, (u128_t)0, (u128_t)0);
-    return (pair_t){(size_t)v, (size_t)(v >> 64)};
-#else
-    return (pair_t){__atomic_load_n(&s->current.h[0], __ATOMIC_RELAXED),
-                    __atomic_load_n(&s->current.h[1], __ATOMIC_RELAXED)};
-#endif
-}
-
-static inline void raise_to(size_t *peak, size_t v)
-{
-    size_t p = __atomic_load_n(peak, __ATOMIC_RELAXED);
-    while (RK_UNLIKELY(v > p) &&
-           !__atomic_compare_exchange_n(peak, &p, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
-        ;
-}
-
-HOT_TARGET static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t bytes,
-                                                  size_t alignment, rankmem_stream_t stream,
-                                                  void **ptr_p)
+static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                       rankmem_stream_t stream, void **ptr_p)
 {
     stats_t *s = (stats_t *)mr;
     rankmem_resource_t *up = mr->upstream;
@@ -207,51 +88,47 @@ HOT_TARGET static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t
         __atomic_add_fetch(&s->failures, 1, __ATOMIC_RELAXED);
         return st;
     }
-    if (!owner_add(s, bytes, 1, 1)) {
-        make_shared(s);
-        pair_t now = current_add(s, bytes, 1);
-        raise_to(&s->peak.bytes, now.bytes);
-        raise_to(&s->peak.count, now.count);
-    }
-    thread_totals_t *t = rk_tslot_get(&s->totals);
+    slot_t *t = rk_tslot_get(&s->slots);
     if (RK_LIKELY(t != NULL)) {
+        rk_tpeak_add(&s->bytes, &t->bytes, bytes, STATS_SLACK_BYTES);
+        rk_tpeak_add(&s->count, &t->count, 1, STATS_SLACK_COUNT);
         bump(&t->bytes_total, bytes);
         bump(&t->count_total, 1);
     } else {
+        rk_tpeak_add_shared(&s->bytes, bytes);
+        rk_tpeak_add_shared(&s->count, 1);
         __atomic_add_fetch(&s->spill.bytes, bytes, __ATOMIC_RELAXED);
         __atomic_add_fetch(&s->spill.count, 1, __ATOMIC_RELAXED);
     }
     return RANKMEM_SUCCESS;
 }
 
-/* n blocks of `bytes` in all counted out, before the upstream has them:
- * once it does, another thread may be handed the same memory, and counting
- * it twice would inflate the peak. */
-HOT_TARGET static inline void count_out(stats_t *s, size_t bytes, size_t n)
+/* Moves the currents by db bytes and dc blocks, two's complement: out
+ * (negative) for a free, back in for what the upstream refused to take,
+ * with no peak to raise (it was live before). Counted out before the
+ * upstream has the memory: once it does, another thread may be handed it,
+ * and counting it twice would inflate the peak. */
+static inline void count_move(stats_t *s, size_t db, size_t dc)
 {
-    if (!owner_add(s, (size_t)0 - bytes, (size_t)0 - n, 0)) {
-        make_shared(s);
-        current_add(s, (size_t)0 - bytes, (size_t)0 - n);
+    slot_t *t = rk_tslot_get(&s->slots);
+    if (RK_LIKELY(t != NULL)) {
+        rk_tpeak_sub(&s->bytes, &t->bytes, (size_t)0 - db, STATS_SLACK_BYTES);
+        rk_tpeak_sub(&s->count, &t->count, (size_t)0 - dc, STATS_SLACK_COUNT);
+    } else {
+        rk_tpeak_add_shared(&s->bytes, db);
+        rk_tpeak_add_shared(&s->count, dc);
     }
 }
 
-/* What the upstream refused to take back: still live. */
-static inline void count_back(stats_t *s, size_t bytes, size_t n)
-{
-    if (!owner_add(s, bytes, n, 0))
-        current_add(s, bytes, n);
-}
-
-HOT_TARGET static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void *ptr,
-                                                    size_t bytes, size_t alignment,
-                                                    rankmem_stream_t stream)
+static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                         size_t alignment, rankmem_stream_t stream)
 {
     stats_t *s = (stats_t *)mr;
     rankmem_resource_t *up = mr->upstream;
-    count_out(s, bytes, 1);
+    count_move(s, (size_t)0 - bytes, (size_t)0 - 1);
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
-        count_back(s, bytes, 1);
+        count_move(s, bytes, 1);
     return st;
 }
 
@@ -266,7 +143,7 @@ static rankmem_status_t stats_deallocate_many(rankmem_resource_t *mr, const rank
     size_t bytes = 0;
     for (size_t i = 0; i < n; i++)
         bytes += blocks[i].bytes;
-    count_out(s, bytes, n);
+    count_move(s, (size_t)0 - bytes, (size_t)0 - n);
     rankmem_status_t first = rk_deallocate_many(mr->upstream, blocks, n, stream, status);
     if (RK_UNLIKELY(first != RANKMEM_SUCCESS)) {
         size_t back = 0, count = 0;
@@ -275,19 +152,32 @@ static rankmem_status_t stats_deallocate_many(rankmem_resource_t *mr, const rank
                 back += blocks[i].bytes;
                 count++;
             }
-        count_back(s, back, count);
+        count_move(s, back, count);
     }
     return first;
 }
 
 /* ---- reading ---- */
 
+static pair_t current_read(stats_t *s)
+{
+    return (pair_t){rk_tpeak_current(&s->bytes, &s->slots, OFF_BYTES),
+                    rk_tpeak_current(&s->count, &s->slots, OFF_COUNT)};
+}
+
+/* The live peaks: since the innermost push, or creation. */
+static pair_t peak_read(stats_t *s)
+{
+    return (pair_t){rk_tpeak_peak(&s->bytes, &s->slots, OFF_BYTES),
+                    rk_tpeak_peak(&s->count, &s->slots, OFF_COUNT)};
+}
+
 static pair_t totals_sum(stats_t *s)
 {
     pair_t sum = {__atomic_load_n(&s->spill.bytes, __ATOMIC_RELAXED),
                   __atomic_load_n(&s->spill.count, __ATOMIC_RELAXED)};
-    for (rk_tslot_t *t = rk_tslot_first(&s->totals); t; t = t->next) {
-        thread_totals_t *tt = rk_tslot_payload(t);
+    for (rk_tslot_t *t = rk_tslot_first(&s->slots); t; t = t->next) {
+        slot_t *tt = rk_tslot_payload(t);
         sum.bytes += __atomic_load_n(&tt->bytes_total, __ATOMIC_RELAXED);
         sum.count += __atomic_load_n(&tt->count_total, __ATOMIC_RELAXED);
     }
@@ -301,8 +191,7 @@ static void snapshot(stats_t *s, rankmem_stats_t *out)
 {
     pair_t cur = current_read(s);
     pair_t tot = totals_sum(s);
-    pair_t peak = {__atomic_load_n(&s->peak.bytes, __ATOMIC_RELAXED),
-                   __atomic_load_n(&s->peak.count, __ATOMIC_RELAXED)};
+    pair_t peak = peak_read(s);
     for (size_t i = 0; i < s->depth; i++) {
         peak.bytes = max_size(peak.bytes, s->scopes[i].saved_peak.bytes);
         peak.count = max_size(peak.count, s->scopes[i].saved_peak.count);
@@ -311,7 +200,7 @@ static void snapshot(stats_t *s, rankmem_stats_t *out)
     out->size = sizeof *out;
     out->version = RANKMEM_STATS_VERSION;
     out->bytes_current = cur.bytes;
-    /* A peak is raised just after the current it follows: never report less. */
+    /* Read after the current: an update in between may have raised it. */
     out->bytes_peak = max_size(peak.bytes, cur.bytes);
     out->bytes_total = tot.bytes;
     out->count_current = cur.count;
@@ -377,8 +266,6 @@ rankmem_status_t rankmem_stats_push(rankmem_resource_t *mr)
     if (st != RANKMEM_SUCCESS)
         return st;
     stats_t *s = (stats_t *)mr;
-    if (s->owner != thread_tag())
-        make_shared(s); /* scopes rewrite the peaks the owner updates plainly */
     pthread_mutex_lock(&s->lock);
     if (s->depth == s->cap) {
         size_t cap = s->cap ? s->cap * 2 : 8;
@@ -392,11 +279,16 @@ rankmem_status_t rankmem_stats_push(rankmem_resource_t *mr)
         s->cap = cap;
     }
     scope_t *sc = &s->scopes[s->depth++];
-    sc->current = current_read(s);
+    sc->saved_peak = peak_read(s);
+    /* The caller's own slot is flushed first: a scope pushed by the thread
+     * that allocates keeps its peak exact. */
+    slot_t *self = rk_tslot_get(&s->slots);
+    sc->current.bytes = rk_tpeak_reset(&s->bytes, &s->slots, OFF_BYTES,
+                                       self ? &self->bytes : NULL);
+    sc->current.count = rk_tpeak_reset(&s->count, &s->slots, OFF_COUNT,
+                                       self ? &self->count : NULL);
     sc->total = totals_sum(s);
     sc->failures = __atomic_load_n(&s->failures, __ATOMIC_RELAXED);
-    sc->saved_peak.bytes = __atomic_exchange_n(&s->peak.bytes, sc->current.bytes, __ATOMIC_RELAXED);
-    sc->saved_peak.count = __atomic_exchange_n(&s->peak.count, sc->current.count, __ATOMIC_RELAXED);
     pthread_mutex_unlock(&s->lock);
     return RANKMEM_SUCCESS;
 }
@@ -411,8 +303,6 @@ rankmem_status_t rankmem_stats_pop(rankmem_resource_t *mr, rankmem_stats_t *scop
     if (scope_p && (st = check_out(scope_p, "rankmem_stats_pop")) != RANKMEM_SUCCESS)
         return st;
     stats_t *s = (stats_t *)mr;
-    if (s->owner != thread_tag())
-        make_shared(s);
     pthread_mutex_lock(&s->lock);
     if (s->depth == 0) {
         pthread_mutex_unlock(&s->lock);
@@ -422,8 +312,7 @@ rankmem_status_t rankmem_stats_pop(rankmem_resource_t *mr, rankmem_stats_t *scop
     scope_t *sc = &s->scopes[s->depth - 1];
     pair_t cur = current_read(s);
     pair_t tot = totals_sum(s);
-    pair_t peak = {max_size(__atomic_load_n(&s->peak.bytes, __ATOMIC_RELAXED), cur.bytes),
-                   max_size(__atomic_load_n(&s->peak.count, __ATOMIC_RELAXED), cur.count)};
+    pair_t peak = peak_read(s);
     rankmem_stats_t r;
     memset(&r, 0, sizeof r);
     r.version = RANKMEM_STATS_VERSION;
@@ -437,8 +326,8 @@ rankmem_status_t rankmem_stats_pop(rankmem_resource_t *mr, rankmem_stats_t *scop
     r.failures = __atomic_load_n(&s->failures, __ATOMIC_RELAXED) - sc->failures;
     /* Fold: the parent's peak is the larger of its own before the push and
      * the highest point reached inside this scope. */
-    raise_to(&s->peak.bytes, sc->saved_peak.bytes);
-    raise_to(&s->peak.count, sc->saved_peak.count);
+    rk_tpeak_raise(&s->bytes, sc->saved_peak.bytes);
+    rk_tpeak_raise(&s->count, sc->saved_peak.count);
     s->depth--;
     pthread_mutex_unlock(&s->lock);
     if (scope_p)
@@ -479,7 +368,7 @@ static rankmem_status_t stats_trim(rankmem_resource_t *mr, size_t keep_bytes)
 static rankmem_status_t stats_finalize(rankmem_resource_t *mr)
 {
     stats_t *s = (stats_t *)mr;
-    rk_tslot_set_fini(&s->totals, NULL, NULL);
+    rk_tslot_set_fini(&s->slots, NULL, NULL);
     if (s->lock_ok)
         pthread_mutex_destroy(&s->lock);
     free(s->scopes);
@@ -522,9 +411,9 @@ rankmem_status_t rankmem_stats_create(rankmem_resource_t *upstream, rankmem_reso
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_stats_create: cannot create a mutex");
     }
     s->lock_ok = 1;
-    s->owner = thread_tag();
-    s->shared = !rk_membarrier_ready();
-    rk_tslot_set_init(&s->totals, sizeof(thread_totals_t), NULL);
+    rk_tpeak_init(&s->bytes);
+    rk_tpeak_init(&s->count);
+    rk_tslot_set_init(&s->slots, sizeof(slot_t), NULL);
     *mr_p = mr;
     return RANKMEM_SUCCESS;
 }

@@ -1,15 +1,24 @@
 /* tracking: every live allocation with its size, stream and, when asked,
  * the call stack that made it; a leak report.
  *
- * A pointer-keyed map (ptrmap.h) under one mutex holds a small record per
- * live allocation. Records are allocated and backtraces taken before the
- * lock, and the upstream is called outside it, so the lock covers only the
- * map. A free the map does not know (double free, foreign pointer) or with
- * another size than the allocation is refused before the upstream sees it:
- * put tracking over a resource that would corrupt itself on such a call. */
+ * Pointer-keyed maps (ptrmap.h) hold a small record per live allocation.
+ * So that threads scale, the maps are SHARDS shards picked by a hash of the
+ * pointer, each under its own mutex on its own cache line: 16 threads
+ * rarely meet on one. Records are allocated and backtraces taken before
+ * the lock, and the upstream is called outside it, so a lock covers only
+ * its map. A free the map does not know (double free, foreign pointer) or
+ * with another size than the allocation is refused before the upstream
+ * sees it: put tracking over a resource that would corrupt itself on such
+ * a call.
+ *
+ * Live bytes and count are the sums of the shards' (each read under its
+ * lock): exact whenever no call is in flight. The high-water mark is an
+ * rk_tpeak_t (tslot.h): exact with one thread, within n * TRACKING_SLACK
+ * bytes of the true peak with n threads. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include "ptrmap.h"
+#include "tslot.h"
 
 #include <execinfo.h>
 #include <inttypes.h>
@@ -29,14 +38,45 @@ typedef struct {
     void *frames[]; /* MAX_FRAMES when backtraces are on */
 } record_t;
 
+#define SHARDS 64 /* a power of two; 64 KiB of empty maps in all */
+#define TRACKING_SLACK ((size_t)8 << 20) /* the peak's bound per thread: see stats.c */
+
+typedef struct {
+    pthread_mutex_t lock;
+    rk_ptrmap_t map; /* ptr -> record_t* */
+    size_t bytes;    /* live in this shard (under lock) */
+} __attribute__((aligned(64))) shard_t;
+
 typedef struct {
     rankmem_resource_t base;
-    pthread_mutex_t lock;
-    int lock_ok, map_ok;
     int backtraces;
-    rk_ptrmap_t map; /* ptr -> record_t* */
-    size_t bytes, bytes_high;
+    int nready;      /* shards whose lock and map were set up */
+    rk_tpeak_t high; /* live bytes, for the high-water mark */
+    rk_tslot_set_t slots; /* of rk_tpeak_local_t */
+    shard_t shards[SHARDS];
 } tracking_t;
+
+static inline shard_t *shard_of(tracking_t *t, const void *p)
+{
+    /* The top bits of a multiplicative hash: the map inside uses bits from
+     * 17 up, so a shard's keys still spread over its map. */
+    uint64_t h = (uint64_t)(uintptr_t)p * 0xff51afd7ed558ccdull;
+    return &t->shards[h >> (64 - 6)];
+}
+
+_Static_assert(SHARDS == 64, "shard_of takes 6 bits");
+
+/* The high-water mark follows the maps: d is two's complement. */
+static inline void high_move(tracking_t *t, size_t d, int up)
+{
+    rk_tpeak_local_t *l = rk_tslot_get(&t->slots);
+    if (RK_UNLIKELY(!l))
+        rk_tpeak_add_shared(&t->high, d);
+    else if (up)
+        rk_tpeak_add(&t->high, l, d, TRACKING_SLACK);
+    else
+        rk_tpeak_sub(&t->high, l, (size_t)0 - d, TRACKING_SLACK);
+}
 
 static const rankmem_resource_ops_t tracking_ops;
 
@@ -123,20 +163,23 @@ static rankmem_status_t tracking_allocate(rankmem_resource_t *mr, size_t bytes, 
         free(r);
         return st;
     }
-    pthread_mutex_lock(&t->lock);
+    shard_t *sh = shard_of(t, p);
+    pthread_mutex_lock(&sh->lock);
     /* Present already: it was freed behind our back (straight to the
      * upstream) and handed out again. The new allocation replaces it. */
-    record_t *stale = rk_ptrmap_remove(&t->map, p);
+    record_t *stale = rk_ptrmap_remove(&sh->map, p);
     if (stale)
-        t->bytes -= stale->bytes;
-    st = rk_ptrmap_insert(&t->map, p, r);
-    if (st == RANKMEM_SUCCESS) {
-        t->bytes += bytes;
-        if (t->bytes > t->bytes_high)
-            t->bytes_high = t->bytes;
+        sh->bytes -= stale->bytes;
+    st = rk_ptrmap_insert(&sh->map, p, r);
+    if (st == RANKMEM_SUCCESS)
+        sh->bytes += bytes;
+    pthread_mutex_unlock(&sh->lock);
+    if (stale) {
+        high_move(t, (size_t)0 - stale->bytes, 0);
+        free(stale);
     }
-    pthread_mutex_unlock(&t->lock);
-    free(stale);
+    if (st == RANKMEM_SUCCESS)
+        high_move(t, bytes, 1);
     if (st != RANKMEM_SUCCESS) {
         up->ops->deallocate(up, p, bytes, alignment, stream);
         free(r);
@@ -151,10 +194,12 @@ static rankmem_status_t tracking_deallocate(rankmem_resource_t *mr, void *ptr, s
 {
     tracking_t *t = (tracking_t *)mr;
     rankmem_resource_t *up = mr->upstream;
-    pthread_mutex_lock(&t->lock);
-    record_t *r = rk_ptrmap_get(&t->map, ptr);
+    shard_t *sh = shard_of(t, ptr);
+    pthread_mutex_lock(&sh->lock);
+    size_t at = rk_ptrmap_find(&sh->map, ptr);
+    record_t *r = at == SIZE_MAX ? NULL : sh->map.slots[at].value;
     if (!r) {
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(&sh->lock);
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
                         "tracking: deallocate of %p (%zu bytes), which is not live here "
                         "(double free or foreign pointer)",
@@ -162,25 +207,31 @@ static rankmem_status_t tracking_deallocate(rankmem_resource_t *mr, void *ptr, s
     }
     if (r->bytes != bytes) {
         size_t had = r->bytes;
-        pthread_mutex_unlock(&t->lock);
+        pthread_mutex_unlock(&sh->lock);
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
                         "tracking: deallocate of %p with %zu bytes, but it was allocated with "
                         "%zu bytes",
                         ptr, bytes, had);
     }
-    rk_ptrmap_remove(&t->map, ptr);
-    t->bytes -= bytes;
-    pthread_mutex_unlock(&t->lock);
+    rk_ptrmap_remove_at(&sh->map, at);
+    sh->bytes -= bytes;
+    pthread_mutex_unlock(&sh->lock);
+    /* Out before the upstream has it: another thread may be handed the
+     * same memory at once, and counting it twice would inflate the peak. */
+    high_move(t, (size_t)0 - bytes, 0);
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
     if (st != RANKMEM_SUCCESS) {
         /* The upstream kept it: it is still live. Removing one entry left
          * room for it, so this insert cannot need to grow the map. */
-        pthread_mutex_lock(&t->lock);
-        if (rk_ptrmap_insert(&t->map, ptr, r) == RANKMEM_SUCCESS)
-            t->bytes += bytes;
+        pthread_mutex_lock(&sh->lock);
+        int back = rk_ptrmap_insert(&sh->map, ptr, r) == RANKMEM_SUCCESS;
+        if (back)
+            sh->bytes += bytes;
+        pthread_mutex_unlock(&sh->lock);
+        if (back)
+            high_move(t, bytes, 0); /* live before: no new peak */
         else
             free(r);
-        pthread_mutex_unlock(&t->lock);
         return st;
     }
     free(r);
@@ -214,22 +265,49 @@ static void snap_one(const void *key, void *value, void *arg)
     memcpy(e->frames, r->frames, (size_t)r->nframes * sizeof(void *));
 }
 
-/* A copy of every live record, so that formatting runs without the lock. */
+/* Every shard locked, in order: a snapshot consistent across shards. */
+static void lock_all(tracking_t *t)
+{
+    for (int i = 0; i < SHARDS; i++)
+        pthread_mutex_lock(&t->shards[i].lock);
+}
+
+static void unlock_all(tracking_t *t)
+{
+    for (int i = SHARDS - 1; i >= 0; i--)
+        pthread_mutex_unlock(&t->shards[i].lock);
+}
+
+/* Live bytes and count. Caller holds every lock. */
+static void sum_shards(tracking_t *t, size_t *bytes_p, size_t *count_p)
+{
+    size_t b = 0, n = 0;
+    for (int i = 0; i < SHARDS; i++) {
+        b += t->shards[i].bytes;
+        n += t->shards[i].map.count;
+    }
+    *bytes_p = b;
+    *count_p = n;
+}
+
+/* A copy of every live record, so that formatting runs without the locks. */
 static rankmem_status_t snapshot(tracking_t *t, snap_t *s, size_t *bytes_p)
 {
-    pthread_mutex_lock(&t->lock);
-    size_t n = t->map.count;
+    lock_all(t);
+    size_t n, bytes;
+    sum_shards(t, &bytes, &n);
     s->n = 0;
     s->e = malloc((n ? n : 1) * sizeof *s->e);
     if (!s->e) {
-        pthread_mutex_unlock(&t->lock);
+        unlock_all(t);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
                         "tracking: no host memory to copy %zu live allocations", n);
     }
-    rk_ptrmap_each(&t->map, snap_one, s);
+    for (int i = 0; i < SHARDS; i++)
+        rk_ptrmap_each(&t->shards[i].map, snap_one, s);
     if (bytes_p)
-        *bytes_p = t->bytes;
-    pthread_mutex_unlock(&t->lock);
+        *bytes_p = bytes;
+    unlock_all(t);
     return RANKMEM_SUCCESS;
 }
 
@@ -278,9 +356,10 @@ rankmem_status_t rankmem_tracking_outstanding(rankmem_resource_t *mr, size_t *by
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_tracking_outstanding: NULL %s",
                         bytes_p ? "count output" : "bytes output");
     tracking_t *t = (tracking_t *)mr;
-    pthread_mutex_lock(&t->lock);
-    size_t b = t->bytes, n = t->map.count;
-    pthread_mutex_unlock(&t->lock);
+    size_t b, n;
+    lock_all(t);
+    sum_shards(t, &b, &n);
+    unlock_all(t);
     *bytes_p = b;
     *count_p = n;
     return RANKMEM_SUCCESS;
@@ -395,17 +474,17 @@ static rankmem_status_t tracking_query(rankmem_resource_t *mr, rankmem_query_t w
                                        size_t *value_p)
 {
     tracking_t *t = (tracking_t *)mr;
-    size_t v;
+    size_t b, n;
     switch (what) {
     case RANKMEM_QUERY_USED_CURRENT:
-    case RANKMEM_QUERY_USED_HIGH:
     case RANKMEM_QUERY_LIVE_COUNT:
-        pthread_mutex_lock(&t->lock);
-        v = what == RANKMEM_QUERY_USED_CURRENT ? t->bytes
-            : what == RANKMEM_QUERY_USED_HIGH  ? t->bytes_high
-                                               : t->map.count;
-        pthread_mutex_unlock(&t->lock);
-        *value_p = v;
+        lock_all(t);
+        sum_shards(t, &b, &n);
+        unlock_all(t);
+        *value_p = what == RANKMEM_QUERY_USED_CURRENT ? b : n;
+        return RANKMEM_SUCCESS;
+    case RANKMEM_QUERY_USED_HIGH:
+        *value_p = rk_tpeak_peak(&t->high, &t->slots, 0);
         return RANKMEM_SUCCESS;
     default:
         return rankmem_resource_query(mr->upstream, what, value_p);
@@ -429,17 +508,23 @@ static void free_record(const void *key, void *value, void *arg)
 static rankmem_status_t tracking_finalize(rankmem_resource_t *mr)
 {
     tracking_t *t = (tracking_t *)mr;
-    if (t->map_ok) {
-        if (t->map.count)
-            fprintf(stderr,
-                    "rankmem: tracking: released with %zu live allocations (%zu bytes) still "
-                    "held by its upstream\n",
-                    t->map.count, t->bytes);
-        rk_ptrmap_each(&t->map, free_record, NULL);
-        rk_ptrmap_fini(&t->map);
+    size_t b = 0, n = 0;
+    for (int i = 0; i < t->nready; i++) {
+        b += t->shards[i].bytes;
+        n += t->shards[i].map.count;
     }
-    if (t->lock_ok)
-        pthread_mutex_destroy(&t->lock);
+    if (n)
+        fprintf(stderr,
+                "rankmem: tracking: released with %zu live allocations (%zu bytes) still "
+                "held by its upstream\n",
+                n, b);
+    for (int i = 0; i < t->nready; i++) {
+        rk_ptrmap_each(&t->shards[i].map, free_record, NULL);
+        rk_ptrmap_fini(&t->shards[i].map);
+        pthread_mutex_destroy(&t->shards[i].lock);
+    }
+    if (t->slots.id)
+        rk_tslot_set_fini(&t->slots, NULL, NULL);
     free(t);
     return RANKMEM_SUCCESS;
 }
@@ -475,16 +560,21 @@ rankmem_status_t rankmem_tracking_create(rankmem_resource_t *upstream, int backt
     mr->device = upstream->device;
     tracking_t *t = (tracking_t *)mr;
     t->backtraces = backtraces != 0;
-    if (pthread_mutex_init(&t->lock, NULL) != 0) {
-        rankmem_resource_release(mr);
-        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_tracking_create: cannot create a mutex");
+    rk_tpeak_init(&t->high);
+    rk_tslot_set_init(&t->slots, sizeof(rk_tpeak_local_t), NULL);
+    for (; t->nready < SHARDS; t->nready++) {
+        shard_t *sh = &t->shards[t->nready];
+        if (pthread_mutex_init(&sh->lock, NULL) != 0) {
+            rankmem_resource_release(mr); /* finalize frees it and drops the upstream */
+            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
+                            "rankmem_tracking_create: cannot create a mutex");
+        }
+        if ((st = rk_ptrmap_init(&sh->map, 0)) != RANKMEM_SUCCESS) {
+            pthread_mutex_destroy(&sh->lock);
+            rankmem_resource_release(mr);
+            return rk_error(st, "rankmem_tracking_create: no host memory for the pointer map");
+        }
     }
-    t->lock_ok = 1;
-    if ((st = rk_ptrmap_init(&t->map, 0)) != RANKMEM_SUCCESS) {
-        rankmem_resource_release(mr);
-        return rk_error(st, "rankmem_tracking_create: no host memory for the pointer map");
-    }
-    t->map_ok = 1;
     if (t->backtraces)
         pthread_once(&self_once, init_self);
     *mr_p = mr;

@@ -110,7 +110,10 @@ void *rk_tslot_get_slow(rk_tslot_set_t *set)
     }
     pthread_mutex_unlock(&global_lock);
     void *payload = rk_tslot_payload(t);
-    rk_tslot_cache[set->id % RK_TSLOT_CACHE] = (rk_tslot_cache_t){set->id, payload};
+    rk_tslot_cache_t *c = &rk_tslot_cache[rk_tslot_way(set->id, 0)];
+    if (c->id != 0 && c->id != set->id) /* the displaced entry moves to its second way */
+        rk_tslot_cache[rk_tslot_way(c->id, 1)] = *c;
+    *c = (rk_tslot_cache_t){set->id, payload};
     return payload;
 }
 
@@ -130,7 +133,103 @@ void rk_tslot_set_fini(rk_tslot_set_t *set, void (*fn)(void *payload, void *arg)
     }
     pthread_mutex_unlock(&global_lock);
     /* Other threads' cache entries keep this id, which is never handed out again. */
-    rk_tslot_cache_t *c = &rk_tslot_cache[set->id % RK_TSLOT_CACHE];
-    if (c->id == set->id)
-        *c = (rk_tslot_cache_t){0, NULL};
+    for (int second = 0; second < 2; second++) {
+        rk_tslot_cache_t *c = &rk_tslot_cache[rk_tslot_way(set->id, second)];
+        if (c->id == set->id)
+            *c = (rk_tslot_cache_t){0, NULL};
+    }
 }
+
+/* ---- per-thread counters with a peak: see tslot.h ---- */
+
+static void raise_peak(size_t *peak, size_t v)
+{
+    size_t p = __atomic_load_n(peak, __ATOMIC_RELAXED);
+    while (v > p && !__atomic_compare_exchange_n(peak, &p, v, 1, __ATOMIC_RELAXED,
+                                                 __ATOMIC_RELAXED))
+        ;
+}
+
+void rk_tpeak_flush(rk_tpeak_t *g, rk_tpeak_local_t *l)
+{
+    size_t cur = l->cur;
+    size_t f = __atomic_add_fetch(&g->flushed, cur - l->base, __ATOMIC_RELAXED);
+    l->base = cur;
+    l->seen = f;
+    l->off = f - cur;
+    raise_peak(&g->peak, f);
+}
+
+void rk_tpeak_rebase(rk_tpeak_t *g, rk_tpeak_local_t *l, unsigned epoch)
+{
+    /* The slot's `seen` may date from before the reset, when the others
+     * held more: flushing refreshes it, so the estimates that follow stay
+     * within the bound of the values since the reset. */
+    rk_tpeak_flush(g, l);
+    __atomic_store_n(&l->lpeak, l->seen, __ATOMIC_RELAXED);
+    /* A query that sees the new epoch sees this peak too. */
+    __atomic_store_n(&l->epoch, epoch, __ATOMIC_RELEASE);
+}
+
+void rk_tpeak_add_shared(rk_tpeak_t *g, size_t d)
+{
+    __atomic_add_fetch(&g->spill, d, __ATOMIC_RELAXED);
+    raise_peak(&g->peak, __atomic_add_fetch(&g->flushed, d, __ATOMIC_RELAXED));
+}
+
+static inline rk_tpeak_local_t *local_at(rk_tslot_t *t, size_t off)
+{
+    return (rk_tpeak_local_t *)((char *)rk_tslot_payload(t) + off);
+}
+
+size_t rk_tpeak_current(const rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off)
+{
+    size_t sum = __atomic_load_n(&g->spill, __ATOMIC_RELAXED);
+    for (rk_tslot_t *t = rk_tslot_first(set); t; t = t->next)
+        sum += __atomic_load_n(&local_at(t, off)->cur, __ATOMIC_RELAXED);
+    return sum;
+}
+
+size_t rk_tpeak_peak(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off)
+{
+    unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_ACQUIRE);
+    size_t peak = __atomic_load_n(&g->peak, __ATOMIC_RELAXED);
+    size_t sum = __atomic_load_n(&g->spill, __ATOMIC_RELAXED);
+    for (rk_tslot_t *t = rk_tslot_first(set); t; t = t->next) {
+        rk_tpeak_local_t *l = local_at(t, off);
+        sum += __atomic_load_n(&l->cur, __ATOMIC_RELAXED);
+        if (__atomic_load_n(&l->epoch, __ATOMIC_ACQUIRE) == e) {
+            size_t p = __atomic_load_n(&l->lpeak, __ATOMIC_RELAXED);
+            if (p > peak)
+                peak = p;
+        }
+    }
+    /* Not recorded into the shared peak: read while threads run, the sum
+     * may be a value that never was (one slot read before a transfer to
+     * another thread, that one after), and would then stay. */
+    return peak > sum ? peak : sum;
+}
+
+size_t rk_tpeak_reset(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off,
+                      rk_tpeak_local_t *self)
+{
+    if (self)
+        rk_tpeak_flush(g, self);
+    unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_RELAXED) + 1;
+    if (e == 0) /* 0 is where new slots start */
+        e = 1;
+    __atomic_store_n(&g->epoch, e, __ATOMIC_RELEASE);
+    if (self) { /* its next increase needs no rebase */
+        __atomic_store_n(&self->lpeak, self->seen, __ATOMIC_RELAXED);
+        __atomic_store_n(&self->epoch, e, __ATOMIC_RELEASE);
+    }
+    size_t cur = rk_tpeak_current(g, set, off);
+    /* Flushed may exceed the current by what the others have freed and not
+     * flushed (within the bound): keeping it makes every later true value
+     * less than the peak plus the bound. */
+    size_t f = __atomic_load_n(&g->flushed, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->peak, f > cur ? f : cur, __ATOMIC_RELAXED);
+    return cur;
+}
+
+void rk_tpeak_raise(rk_tpeak_t *g, size_t v) { raise_peak(&g->peak, v); }

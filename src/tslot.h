@@ -53,7 +53,12 @@ typedef struct rk_tslot_cache {
     void *payload;
 } rk_tslot_cache_t;
 
-#define RK_TSLOT_CACHE 4 /* a thread alternating between a few adaptors stays on the fast path */
+/* A thread alternating between a few adaptors stays on the fast path. Each
+ * set has a primary entry (id % RK_TSLOT_CACHE) and a second one (the
+ * primary ^ RK_TSLOT_CACHE / 2), where the slow path moves the entry it
+ * displaces: two sets of a chain whose ids collide (stats over tracking)
+ * both stay cached instead of taking turns through the global lock. */
+#define RK_TSLOT_CACHE 8
 
 /* initial-exec: a plain %fs-relative access, no __tls_get_addr call. */
 extern __thread rk_tslot_cache_t rk_tslot_cache[RK_TSLOT_CACHE]
@@ -68,9 +73,17 @@ RK_HIDDEN void rk_tslot_set_fini(rk_tslot_set_t *set, void (*fn)(void *payload, 
 /* NULL when a new slot cannot be allocated. */
 RK_HIDDEN void *rk_tslot_get_slow(rk_tslot_set_t *set);
 
+static inline size_t rk_tslot_way(uint64_t id, int second)
+{
+    return (size_t)(id % RK_TSLOT_CACHE) ^ (second ? RK_TSLOT_CACHE / 2 : 0);
+}
+
 static inline void *rk_tslot_get(rk_tslot_set_t *set)
 {
-    rk_tslot_cache_t *c = &rk_tslot_cache[set->id % RK_TSLOT_CACHE];
+    rk_tslot_cache_t *c = &rk_tslot_cache[rk_tslot_way(set->id, 0)];
+    if (RK_LIKELY(c->id == set->id))
+        return c->payload;
+    c = &rk_tslot_cache[rk_tslot_way(set->id, 1)];
     if (RK_LIKELY(c->id == set->id))
         return c->payload;
     return rk_tslot_get_slow(set);
@@ -84,5 +97,110 @@ static inline rk_tslot_t *rk_tslot_first(const rk_tslot_set_t *set)
 }
 
 static inline void *rk_tslot_payload(rk_tslot_t *t) { return (char *)t + RK_TSLOT_HEADER; }
+
+/* ---- per-thread counters with a current value and a peak ----
+ *
+ * A counter (bytes live, allocations live) that many threads move without
+ * a shared atomic on the common path. Each thread keeps, in its slot, its
+ * own net change `cur` (written by it only, read by queries): the current
+ * value is the sum of every slot's cur, exact whenever no thread is inside
+ * an update. The peak needs a shared view, which the threads keep cheap by
+ * flushing: a thread adds its change since its last flush (cur - base) to
+ * the shared `flushed` with one atomic add only when that change reaches
+ * `slack` either way, and raises the shared peak with the sum the add
+ * returns. Between flushes it raises its own slot's peak with its estimate
+ * of the current value: `seen` (flushed, as its last add returned it) plus
+ * its change since.
+ *
+ * The bound, with n slots: the true value is flushed plus every slot's
+ * unflushed change, each within (-slack, slack); a thread's estimate is a
+ * flushed value it saw (since the last reset) plus its own unflushed part.
+ * So the reported peak (the largest of the shared peak, the slots' peaks
+ * of this epoch and the current value) is within n * slack of the true
+ * peak, either way. With one thread the estimate is exact at every update,
+ * and so is the peak.
+ *
+ * A reset (a scope push) bumps the epoch: slots' peaks of an older epoch
+ * are ignored, and each thread, at its next increase, flushes (so that
+ * its `seen` is a value from after the reset) and restarts its own. */
+typedef struct rk_tpeak {
+    /* Read on every increase, written only by resets. */
+    unsigned epoch;  /* atomic: bumped by each reset */
+    /* Written by flushes: a line of their own. */
+    size_t flushed __attribute__((aligned(64))); /* atomic: every flush, summed */
+    size_t peak;     /* atomic: the largest flushed since the last reset */
+    size_t spill;    /* atomic: the changes of threads that got no slot */
+} rk_tpeak_t;
+
+typedef struct rk_tpeak_local {
+    size_t cur;      /* atomic (single writer): this thread's net change, two's complement */
+    size_t lpeak;    /* atomic (single writer): the largest estimate in epoch `epoch` */
+    unsigned epoch;  /* atomic (single writer) */
+    size_t base;     /* cur at the last flush (the slot's thread only) */
+    size_t seen;     /* flushed just after the last flush (the slot's thread only) */
+    size_t off;      /* seen - base: the estimate is cur + off (the slot's thread only) */
+} rk_tpeak_local_t;
+
+/* The slack is the caller's compile-time constant, the same on every
+ * update of a counter (its due test then folds into one compare). */
+static inline void rk_tpeak_init(rk_tpeak_t *g)
+{
+    g->epoch = 1; /* slots start at 0: their first increase takes the slow path */
+    g->flushed = g->peak = g->spill = 0;
+}
+
+/* The rare parts of an update: publish this thread's change; and, first
+ * increase after a reset, also restart the slot's peak. */
+RK_HIDDEN void rk_tpeak_flush(rk_tpeak_t *g, rk_tpeak_local_t *l);
+RK_HIDDEN void rk_tpeak_rebase(rk_tpeak_t *g, rk_tpeak_local_t *l, unsigned epoch);
+
+/* Whether |d| (two's complement) >= slack (>= 1), in one compare. */
+static inline int rk_tpeak_due(size_t d, size_t slack)
+{
+    return d + (slack - 1) > 2 * (slack - 1);
+}
+
+/* An increase by d, from the thread that owns slot l. */
+static inline void rk_tpeak_add(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d, size_t slack)
+{
+    size_t cur = l->cur + d;
+    __atomic_store_n(&l->cur, cur, __ATOMIC_RELAXED);
+    unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_RELAXED);
+    if (RK_UNLIKELY(e != l->epoch)) {
+        rk_tpeak_rebase(g, l, e);
+        return;
+    }
+    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, slack)))
+        rk_tpeak_flush(g, l);
+    size_t est = cur + l->off;
+    if (est > l->lpeak)
+        __atomic_store_n(&l->lpeak, est, __ATOMIC_RELAXED);
+}
+
+/* A decrease by d (no peak to raise). */
+static inline void rk_tpeak_sub(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d, size_t slack)
+{
+    size_t cur = l->cur - d;
+    __atomic_store_n(&l->cur, cur, __ATOMIC_RELAXED);
+    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, slack)))
+        rk_tpeak_flush(g, l);
+}
+
+/* For a thread without a slot (none could be allocated): straight to the
+ * shared sums, exact; d is two's complement for a decrease. */
+RK_HIDDEN void rk_tpeak_add_shared(rk_tpeak_t *g, size_t d);
+
+/* Queries. The rk_tpeak_local_t sits at byte `off` of each payload of set.
+ * The current value: spill plus every slot's cur. */
+RK_HIDDEN size_t rk_tpeak_current(const rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off);
+/* The peak since the last reset (never less than the current value). */
+RK_HIDDEN size_t rk_tpeak_peak(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off);
+/* Restarts the peak at the current value, which it returns. The caller
+ * serialises resets; self is the caller's own slot (NULL if it has none):
+ * flushing it first keeps a one-thread scope exact. */
+RK_HIDDEN size_t rk_tpeak_reset(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off,
+                                rk_tpeak_local_t *self);
+/* Raises the peak to at least v (a scope pop folds its parent's peak back). */
+RK_HIDDEN void rk_tpeak_raise(rk_tpeak_t *g, size_t v);
 
 #endif

@@ -1,7 +1,9 @@
 /* The stats adaptor over a host upstream and over a pool: exact counters
  * against what the test allocated, failures, nested scopes with peak
  * folding, short structs, queries, 8 threads (totals exact), threads that
- * come and go, and every bad input. */
+ * come and go, and every bad input; 16 threads holding known blocks at a
+ * barrier (currents and totals exact, peak within the documented bound) and
+ * one thread with sizes over the flush threshold (peak exact, scopes too). */
 #include <pthread.h>
 #include <stddef.h>
 #include <stdint.h>
@@ -445,6 +447,181 @@ static void batch(void)
     is_status(rankmem_resource_release(st), RANKMEM_SUCCESS, "stats batch: nothing left live in the pool");
 }
 
+/* ---- per-thread counters (issue 21) ----
+ * The peak's documented bound (docs/adaptors-stats.md): exact with one
+ * thread; within n * 8 MiB (bytes) and n * 8 (count) with n threads. */
+#define SLACK_BYTES ((size_t)8 << 20)
+#define SLACK_COUNT ((size_t)8)
+#define N16 16
+#define PER 24 /* blocks a thread holds at the barrier */
+
+typedef struct {
+    rankmem_resource_t *mr;
+    pthread_barrier_t *bar;
+    int id;
+    void *blk[PER];
+    size_t size[PER];
+    size_t held, bytes_total, count_total;
+    int errors;
+} held_t;
+
+static held_t h16[N16];
+
+/* Sizes that cross the slack either way (flushes) and small ones (not). */
+static size_t size_of(int id, int i)
+{
+    return i % 6 == 0 ? SLACK_BYTES + 4096u * (size_t)(id + 1) : 512u * (size_t)(i * 3 + id + 1);
+}
+
+static void *holder(void *arg)
+{
+    held_t *w = arg;
+    /* Churn first: pairs of every size (flushes for the big ones). */
+    for (int r = 0; r < 200; r++) {
+        size_t n = size_of(w->id, r % PER);
+        void *p = NULL;
+        if (rankmem_allocate(w->mr, n, 0, &p) != RANKMEM_SUCCESS) {
+            w->errors++;
+            continue;
+        }
+        w->bytes_total += n;
+        w->count_total++;
+        if (rankmem_deallocate(w->mr, p, n, 0) != RANKMEM_SUCCESS)
+            w->errors++;
+    }
+    /* Then hold PER blocks: at the barrier every thread holds its own. */
+    for (int i = 0; i < PER; i++) {
+        w->size[i] = size_of(w->id, i);
+        if (rankmem_allocate(w->mr, w->size[i], 0, &w->blk[i]) != RANKMEM_SUCCESS) {
+            w->errors++;
+            w->blk[i] = NULL;
+            continue;
+        }
+        w->held += w->size[i];
+        w->bytes_total += w->size[i];
+        w->count_total++;
+    }
+    pthread_barrier_wait(w->bar);
+    pthread_barrier_wait(w->bar); /* the main thread reads the counters between */
+    /* Free the next thread's blocks: frees on another thread than the
+     * allocation leave negative changes in this thread's slot. */
+    held_t *o = &h16[(w->id + 1) % N16];
+    for (int i = 0; i < PER; i++)
+        if (o->blk[i] && rankmem_deallocate(w->mr, o->blk[i], o->size[i], 0) != RANKMEM_SUCCESS)
+            w->errors++;
+    return NULL;
+}
+
+static size_t dist(size_t a, size_t b) { return a > b ? a - b : b - a; }
+
+/* 16 threads, each holding known blocks at a barrier: the true peak is what
+ * they hold together then (nothing is freed before it). */
+static void sixteen_threads(const char *name, rankmem_resource_t *up, int peek)
+{
+    rankmem_resource_t *st;
+    rankmem_stats_create(up, &st);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, N16 + 1);
+    pthread_t th[N16];
+    for (int i = 0; i < N16; i++) {
+        h16[i] = (held_t){.mr = st, .bar = &bar, .id = i};
+        pthread_create(&th[i], NULL, holder, &h16[i]);
+    }
+    pthread_barrier_wait(&bar);
+    size_t held = 0, bt = 0, ct = 0;
+    for (int i = 0; i < N16; i++) {
+        held += h16[i].held;
+        bt += h16[i].bytes_total;
+        ct += h16[i].count_total;
+    }
+    /* At the barrier the true values are known; a full query reports a
+     * peak of at least the current value. */
+    ok(q(st, RANKMEM_QUERY_USED_CURRENT) == held &&
+           q(st, RANKMEM_QUERY_LIVE_COUNT) == (size_t)N16 * PER,
+       "%s, %d threads at the barrier: USED_CURRENT and LIVE_COUNT exact (%zu in %zu)", name,
+       N16, held, (size_t)N16 * PER);
+    rankmem_stats_t s;
+    if (peek) {
+        s = get(st);
+        ok(s.bytes_current == held && s.count_current == (size_t)N16 * PER &&
+               s.bytes_total == bt && s.count_total == ct,
+           "%s, %d threads at the barrier: current and totals exact (%zu in %zu, %zu in %zu)",
+           name, N16, s.bytes_current, s.count_current, s.bytes_total, s.count_total);
+        ok(s.bytes_peak >= held && s.bytes_peak <= held + N16 * SLACK_BYTES &&
+               s.count_peak >= (size_t)N16 * PER &&
+               s.count_peak <= (size_t)N16 * (PER + 1) + N16 * SLACK_COUNT,
+           "%s, %d threads at the barrier: peaks at least the current, within the bound "
+           "(%zu, %zu)", name, N16, s.bytes_peak, s.count_peak);
+    }
+    pthread_barrier_wait(&bar);
+    int errors = 0;
+    for (int i = 0; i < N16; i++) {
+        pthread_join(th[i], NULL);
+        errors += h16[i].errors;
+    }
+    s = get(st);
+    ok(errors == 0, "%s, %d threads: every call succeeded", name, N16);
+    ok(s.bytes_current == 0 && s.count_current == 0 && s.bytes_total == bt &&
+           s.count_total == ct && s.failures == 0,
+       "%s, %d threads after join: current 0, totals exact (%zu, %zu), no failures", name, N16,
+       s.bytes_total, s.count_total);
+    /* The true peaks: held and N16 * PER (every block held at the barrier,
+     * none freed before; the churn's pairs held at most one block more a
+     * thread, which the bound covers: its sizes are under held / N16). */
+    size_t churn = N16 * (SLACK_BYTES + 4096u * N16);
+    ok(s.bytes_peak >= held - N16 * SLACK_BYTES && s.bytes_peak <= held + N16 * SLACK_BYTES + churn,
+       "%s, %d threads: bytes peak %zu within %d x 8 MiB of %zu (off by %zu)", name, N16,
+       s.bytes_peak, N16, held, dist(s.bytes_peak, held));
+    ok(s.count_peak + N16 * SLACK_COUNT >= (size_t)N16 * PER &&
+           s.count_peak <= (size_t)N16 * (PER + 1) + N16 * SLACK_COUNT,
+       "%s, %d threads: count peak %zu within %d x 8 of %d", name, N16, s.count_peak, N16,
+       N16 * PER);
+    ok(q(st, RANKMEM_QUERY_USED_HIGH) == s.bytes_peak, "%s: USED_HIGH is the bytes peak", name);
+    pthread_barrier_destroy(&bar);
+    rankmem_resource_release(st);
+}
+
+/* One thread: the peak is exact whatever the sizes (flushes included), in
+ * scopes too; and after other threads have come and gone. */
+static void one_thread_exact(void)
+{
+    rankmem_resource_t *sys, *st;
+    rankmem_system_create(&sys);
+    rankmem_stats_create(sys, &st);
+    size_t big = 3 * SLACK_BYTES + 5, mid = SLACK_BYTES - 1;
+    void *a = alloc(st, big), *b = alloc(st, 100), *c = alloc(st, mid);
+    dealloc(st, a, big);
+    void *d = alloc(st, mid);
+    same("one thread, sizes over the slack", get(st), 100 + 2 * mid, big + 100 + mid,
+         big + 100 + 2 * mid, 3, 3, 4, 0);
+    rankmem_stats_push(st);
+    void *e = alloc(st, 2 * SLACK_BYTES);
+    dealloc(st, e, 2 * SLACK_BYTES);
+    dealloc(st, c, mid);
+    void *f = alloc(st, 7);
+    rankmem_stats_t sc;
+    sc.size = sizeof sc;
+    rankmem_stats_pop(st, &sc);
+    ok(sc.bytes_peak == 2 * SLACK_BYTES && sc.count_peak == 1 &&
+           sc.bytes_total == 2 * SLACK_BYTES + 7,
+       "one thread: a scope's peak exact after flushes (%zu, %zu)", sc.bytes_peak, sc.count_peak);
+    /* A second scope right after: the slots' peaks of the first are gone. */
+    rankmem_stats_push(st);
+    void *g = alloc(st, 10);
+    rankmem_stats_pop(st, &sc);
+    ok(sc.bytes_peak == 10 && sc.count_peak == 1, "one thread: the next scope starts afresh (%zu)",
+       sc.bytes_peak);
+    dealloc(st, g, 10);
+    dealloc(st, b, 100);
+    dealloc(st, d, mid);
+    dealloc(st, f, 7);
+    rankmem_stats_t s = get(st);
+    ok(s.bytes_current == 0 && s.bytes_peak == big + 100 + mid && s.count_peak == 4,
+       "one thread: the peak since creation survives the scopes (%zu)", s.bytes_peak);
+    rankmem_resource_release(st);
+    rankmem_resource_release(sys);
+}
+
 int main(void)
 {
     over_counting();
@@ -468,5 +645,19 @@ int main(void)
     }
     threads_come_and_go();
     stacked();
+    one_thread_exact();
+    {
+        rankmem_resource_t *sys, *pool;
+        rankmem_system_create(&sys);
+        sixteen_threads("system", sys, 0);
+        sixteen_threads("system, queried", sys, 1);
+        rankmem_pool_params_t prm;
+        rankmem_pool_params_default(&prm);
+        prm.initial_size = 1 << 30; /* host memory only touched by the pool's bookkeeping */
+        rankmem_pool_create(sys, &prm, &pool);
+        sixteen_threads("pool", pool, 0);
+        rankmem_resource_release(pool);
+        rankmem_resource_release(sys);
+    }
     return tap_done();
 }

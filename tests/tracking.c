@@ -331,6 +331,124 @@ static void threads(void)
     rankmem_resource_release(tr);
 }
 
+/* 16 threads, each holding 64 known blocks at a barrier, frees of another
+ * thread's blocks after it, a double free racing nothing: the shards' sums
+ * exact, the list complete, the high-water mark within the documented
+ * bound (16 x 8 MiB; exact with one thread). */
+#define T16 16
+#define HOLD 64
+#define SLACK ((size_t)8 << 20)
+
+typedef struct {
+    rankmem_resource_t *mr;
+    pthread_barrier_t *bar;
+    int id;
+    void *blk[HOLD];
+    size_t size[HOLD], held;
+    int errors;
+} hw_t;
+
+static hw_t hw[T16];
+
+static size_t hsize(int id, int i) { return 64u * (size_t)(i + 1) + (size_t)id; }
+
+static void *hworker(void *arg)
+{
+    hw_t *w = arg;
+    for (int r = 0; r < 2000; r++) { /* churn over every shard */
+        void *p;
+        size_t n = hsize(w->id, r % HOLD);
+        if (rankmem_allocate(w->mr, n, 0, &p) != RANKMEM_SUCCESS ||
+            rankmem_deallocate(w->mr, p, n, 0) != RANKMEM_SUCCESS)
+            w->errors++;
+    }
+    for (int i = 0; i < HOLD; i++) {
+        w->size[i] = hsize(w->id, i);
+        if (rankmem_allocate(w->mr, w->size[i], 0, &w->blk[i]) != RANKMEM_SUCCESS)
+            w->errors++;
+        else
+            w->held += w->size[i];
+    }
+    pthread_barrier_wait(w->bar);
+    pthread_barrier_wait(w->bar);
+    hw_t *o = &hw[(w->id + 1) % T16];
+    for (int i = 0; i < HOLD; i++)
+        if (rankmem_deallocate(w->mr, o->blk[i], o->size[i], 0) != RANKMEM_SUCCESS)
+            w->errors++;
+    return NULL;
+}
+
+static void sixteen_threads(void)
+{
+    rankmem_resource_t *sys, *tr;
+    rankmem_system_create(&sys);
+    rankmem_tracking_create(sys, 0, &tr);
+    rankmem_resource_release(sys);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, T16 + 1);
+    pthread_t t[T16];
+    for (int i = 0; i < T16; i++) {
+        hw[i] = (hw_t){.mr = tr, .bar = &bar, .id = i};
+        pthread_create(&t[i], NULL, hworker, &hw[i]);
+    }
+    pthread_barrier_wait(&bar);
+    size_t held = 0;
+    for (int i = 0; i < T16; i++)
+        held += hw[i].held;
+    size_t bytes = 0, count = 0, cur = 0, live = 0;
+    rankmem_tracking_outstanding(tr, &bytes, &count);
+    rankmem_resource_query(tr, RANKMEM_QUERY_USED_CURRENT, &cur);
+    rankmem_resource_query(tr, RANKMEM_QUERY_LIVE_COUNT, &live);
+    ok(bytes == held && count == T16 * HOLD && cur == held && live == T16 * HOLD,
+       "16 threads at the barrier: outstanding and queries exact (%zu in %zu; got %zu in %zu)",
+       held, (size_t)T16 * HOLD, bytes, count);
+    size_t n = 0;
+    rankmem_tracking_list(tr, NULL, 0, &n);
+    ok(n == T16 * HOLD, "16 threads at the barrier: the list has every block (%zu)", n);
+    pthread_barrier_wait(&bar);
+    int errors = 0;
+    for (int i = 0; i < T16; i++) {
+        pthread_join(t[i], NULL);
+        errors += hw[i].errors;
+    }
+    rankmem_tracking_outstanding(tr, &bytes, &count);
+    ok(errors == 0 && bytes == 0 && count == 0,
+       "16 threads after join: every call succeeded, nothing live (%zu, %zu)", bytes, count);
+    size_t high = 0;
+    rankmem_resource_query(tr, RANKMEM_QUERY_USED_HIGH, &high);
+    /* The true peak is held (nothing freed before the barrier; the churn's
+     * one block a thread is under the slack). */
+    ok(high + T16 * SLACK >= held && high <= held + T16 * SLACK,
+       "16 threads: high-water mark %zu within 16 x 8 MiB of %zu", high, held);
+    void *p;
+    rankmem_allocate(tr, 1000, 0, &p);
+    rankmem_deallocate(tr, p, 1000, 0);
+    is_status(rankmem_deallocate(tr, p, 1000, 0), RANKMEM_ERR_INVALID_POINTER,
+              "16 threads: a double free after them is still refused");
+    pthread_barrier_destroy(&bar);
+    rankmem_resource_release(tr);
+}
+
+/* One thread: the high-water mark is exact, over the flush size too. */
+static void one_thread_high(void)
+{
+    rankmem_resource_t *sys, *tr;
+    rankmem_system_create(&sys);
+    rankmem_tracking_create(sys, 0, &tr);
+    rankmem_resource_release(sys);
+    void *a, *b, *c;
+    rankmem_allocate(tr, 3 * SLACK + 1, 0, &a);
+    rankmem_allocate(tr, 10, 0, &b);
+    rankmem_deallocate(tr, a, 3 * SLACK + 1, 0);
+    rankmem_allocate(tr, SLACK - 1, 0, &c);
+    size_t high = 0;
+    rankmem_resource_query(tr, RANKMEM_QUERY_USED_HIGH, &high);
+    ok(high == 3 * SLACK + 11, "one thread: high-water mark exact (%zu)", high);
+    rankmem_deallocate(tr, b, 10, 0);
+    rankmem_deallocate(tr, c, SLACK - 1, 0);
+    rankmem_resource_release(tr);
+}
+
 static void bad_inputs(void)
 {
     rankmem_resource_t *sys, *tr, *out = (rankmem_resource_t *)0x1;
@@ -370,6 +488,8 @@ int main(void)
     backtraces();
     release_with_leaks();
     threads();
+    sixteen_threads();
+    one_thread_high();
     bad_inputs();
     return tap_done();
 }

@@ -1,0 +1,189 @@
+/* counters-probe: what the statistics adaptors add to a pool's pair, on
+ * the CPU (issue 21): the chains pool, stats>pool, timing>pool,
+ * stats>timing>pool (the MPI plugin's default chain, timing built in from
+ * mpi/timing.c) and tracking>pool over host memory, from 1 to N threads,
+ * each thread allocating and freeing its own sizes on its own stream.
+ *
+ *   bench/counters-probe [--pairs N] [--threads T] [--only CHAIN]
+ *
+ * Prints ns per pair per thread and million pairs per second in all. For
+ * instruction counts (what one thread adds, whatever the machine), run one
+ * chain on one thread under callgrind and read the Ir of probe_pairs:
+ *
+ *   valgrind --tool=callgrind --toggle-collect=probe_pairs \
+ *       bench/counters-probe --threads 1 --pairs 100000 --only stats>timing>pool
+ *
+ * On a box of few cores this shows how the counters scale up to its core
+ * count; the 16-thread numbers come from bench/rankmem-bench on the GPU
+ * machine. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <rankmem.h>
+#include "timing.h"
+
+/* Defined by the recorder in the plugin; the probe links timing.c alone. */
+__thread int rk_obs_internal_depth;
+
+#define MAX_T 64
+#define NSIZES 4096
+
+static size_t sizes[MAX_T][NSIZES];
+
+static uint64_t now_ns(void)
+{
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
+}
+
+static void die(const char *what, rankmem_status_t st)
+{
+    fprintf(stderr, "counters-probe: %s: %s (%s)\n", what, rankmem_status_string(st),
+            rankmem_last_error());
+    exit(1);
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        rankmem_status_t st_ = (call);                                                             \
+        if (st_ != RANKMEM_SUCCESS)                                                                \
+            die(#call, st_);                                                                       \
+    } while (0)
+
+/* The chain over a host pool big enough never to grow while timed. */
+static rankmem_resource_t *make_chain(const char *name)
+{
+    rankmem_resource_t *sys, *pool, *top, *mid;
+    rankmem_pool_params_t p;
+    CK(rankmem_system_create(&sys));
+    CK(rankmem_pool_params_default(&p));
+    p.initial_size = (size_t)1 << 30;
+    CK(rankmem_pool_create(sys, &p, &pool));
+    rankmem_resource_release(sys);
+    if (!strcmp(name, "pool"))
+        return pool;
+    if (!strcmp(name, "stats>pool")) {
+        CK(rankmem_stats_create(pool, &top));
+    } else if (!strcmp(name, "timing>pool")) {
+        CK(rk_mpi_timing_create(pool, &top));
+    } else if (!strcmp(name, "stats>timing>pool")) {
+        CK(rk_mpi_timing_create(pool, &mid));
+        CK(rankmem_stats_create(mid, &top));
+        rankmem_resource_release(mid);
+    } else if (!strcmp(name, "tracking>pool")) {
+        CK(rankmem_tracking_create(pool, 0, &top));
+    } else {
+        fprintf(stderr, "counters-probe: unknown chain '%s'\n", name);
+        exit(2);
+    }
+    rankmem_resource_release(pool);
+    return top;
+}
+
+typedef struct {
+    rankmem_resource_t *mr;
+    int id;
+    size_t pairs;
+    pthread_barrier_t *bar;
+    uint64_t t0, t1;
+} job_t;
+
+__attribute__((noinline)) void probe_pairs(rankmem_resource_t *mr, const size_t *sz, size_t n,
+                                           rankmem_stream_t stream)
+{
+    for (size_t i = 0; i < n; i++) {
+        void *p;
+        size_t b = sz[i % NSIZES];
+        if (rankmem_allocate_async(mr, b, 0, stream, &p) != RANKMEM_SUCCESS ||
+            rankmem_deallocate_async(mr, p, b, 0, stream) != RANKMEM_SUCCESS)
+            die("pair", RANKMEM_ERR_OUT_OF_MEMORY);
+    }
+}
+
+static void *run(void *arg)
+{
+    job_t *j = arg;
+    /* Each thread on its own "stream" (a host pool ignores nothing: it
+     * keeps per-stream lists, so distinct values keep threads apart). */
+    rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x1000 * (j->id + 1));
+    probe_pairs(j->mr, sizes[j->id], NSIZES, stream); /* warm */
+    pthread_barrier_wait(j->bar);
+    j->t0 = now_ns();
+    probe_pairs(j->mr, sizes[j->id], j->pairs, stream);
+    j->t1 = now_ns();
+    return NULL;
+}
+
+static void measure(const char *chain, int nt, size_t pairs)
+{
+    rankmem_resource_t *mr = make_chain(chain);
+    pthread_t th[MAX_T];
+    job_t jobs[MAX_T];
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, (unsigned)nt);
+    for (int t = 0; t < nt; t++)
+        jobs[t] = (job_t){mr, t, pairs, &bar, 0, 0};
+    /* One thread: the main thread itself (profiles read more easily). */
+    for (int t = 0; nt > 1 && t < nt; t++)
+        pthread_create(&th[t], NULL, run, &jobs[t]);
+    if (nt == 1)
+        run(&jobs[0]);
+    uint64_t lo = UINT64_MAX, hi = 0;
+    for (int t = 0; t < nt; t++) {
+        if (nt > 1)
+            pthread_join(th[t], NULL);
+        lo = jobs[t].t0 < lo ? jobs[t].t0 : lo;
+        hi = jobs[t].t1 > hi ? jobs[t].t1 : hi;
+    }
+    double wall = (double)(hi - lo);
+    printf("%-20s %2d threads: %8.1f ns/pair/thread  %8.2f M pairs/s\n", chain, nt,
+           wall / (double)pairs, (double)nt * (double)pairs / wall * 1e3);
+    pthread_barrier_destroy(&bar);
+    rankmem_resource_release(mr);
+}
+
+int main(int argc, char **argv)
+{
+    size_t pairs = 2000000;
+    int threads = 2;
+    const char *only = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
+            pairs = strtoull(argv[++i], NULL, 10);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
+            threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
+            only = argv[++i];
+        else {
+            fprintf(stderr, "usage: %s [--pairs N] [--threads T] [--only CHAIN]\n", argv[0]);
+            return 2;
+        }
+    }
+    if (threads < 1 || threads > MAX_T || pairs == 0) {
+        fprintf(stderr, "counters-probe: threads 1..%d, pairs > 0\n", MAX_T);
+        return 2;
+    }
+    /* Log-uniform sizes from 256 B to 4 MiB, as bench/rankmem-bench. */
+    uint64_t x = 20240601;
+    for (int t = 0; t < MAX_T; t++)
+        for (int i = 0; i < NSIZES; i++) {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            double u = (double)(x >> 11) * 0x1.0p-53;
+            sizes[t][i] = (size_t)(256.0 * __builtin_exp(u * __builtin_log(16384.0)));
+        }
+    static const char *const chains[] = {"pool", "stats>pool", "timing>pool",
+                                         "stats>timing>pool", "tracking>pool"};
+    for (size_t c = 0; c < sizeof chains / sizeof *chains; c++) {
+        if (only && strcmp(only, chains[c]))
+            continue;
+        for (int nt = 1; nt <= threads; nt *= 2)
+            measure(chains[c], nt, pairs);
+    }
+    return 0;
+}
