@@ -250,6 +250,11 @@ static int make_resource(const char *spec)
     rankmem_resource_t *timing = NULL, *stats = NULL;
     st = rk_mpi_timing_create(chain, &timing);
     rankmem_resource_release(chain); /* timing holds it now (or it is freed) */
+    const char *sample = table_option("RANKMEM_TIMING_SAMPLE");
+    if (st == RANKMEM_SUCCESS && sample &&
+        (st = rk_mpi_timing_set_period(timing, (unsigned)strtoul(sample, NULL, 10))) !=
+            RANKMEM_SUCCESS)
+        rankmem_resource_release(timing); /* checked by the table: not expected */
     if (st == RANKMEM_SUCCESS) {
         st = rankmem_stats_create(timing, &stats);
         rankmem_resource_release(timing);

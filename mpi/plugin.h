@@ -14,6 +14,7 @@
 #include "mpi_internal.h"
 #include "recorder.h"
 #include "intercept_map.h"
+#include "timing.h"
 
 /* The recorder's per-thread depth (recorder.h), read and raised on hot
  * paths (the timing layer, the interposer): the plugin is loaded with the
@@ -93,16 +94,7 @@ RK_MPI_HIDDEN void rk_mpi_gpu_meminfo(int device, uint64_t *total_p, uint64_t *f
  * affinity mask are local to device d (hwloc, else sysfs), -1 unknown. */
 RK_MPI_HIDDEN void rk_mpi_gpu_overlap(int ndev, int *overlap);
 
-/* ---- timing adaptor (timing.c) ---- */
-
-/* A pass-through resource that adds the time spent in its upstream's
- * allocate and deallocate to a counter (CLOCK_MONOTONIC: a vDSO read, no
- * system call). Retains upstream. */
-RK_MPI_HIDDEN rankmem_status_t rk_mpi_timing_create(rankmem_resource_t *upstream,
-                                                    rankmem_resource_t **mr_p);
-/* Nanoseconds so far (0 for anything that is not a timing resource). */
-RK_MPI_HIDDEN uint64_t rk_mpi_timing_ns(const rankmem_resource_t *mr);
-RK_MPI_HIDDEN uint64_t rk_mpi_now_ns(void);
+/* ---- timing adaptor: timing.h ---- */
 
 /* ---- the hooks (init.c, used by fortran.c) ---- */
 

@@ -290,6 +290,7 @@ typedef struct {
 
 static rankmem_status_t check_spec(const char *name, const char *value);
 static rankmem_status_t check_backtrace(const char *name, const char *value);
+static rankmem_status_t check_timing_sample(const char *name, const char *value);
 static rankmem_status_t check_max_blocks(const char *name, const char *value);
 
 /* Later issues add their options here; rankmem-info -c and docs/configuration.md
@@ -327,6 +328,10 @@ static const option_def_t defs[] = {
      "nonblocking sends and receives of large device messages move through a few reused pinned "
      "buffers, advanced by MPI's progress engine (Open MPI); 0: such a message is staged whole",
      NULL, NULL},
+    {"RANKMEM_TIMING_SAMPLE", RANKMEM_OPTION_INT, "32",
+     "the report's allocator time is measured on one call in this many per thread, at random, "
+     "and scaled by the exact call count (1: every call, four clock reads a pair)",
+     NULL, check_timing_sample},
     {"RANKMEM_MPI_VERBOSE", RANKMEM_OPTION_BOOL, "0",
      "the MPI plugin prints one line per rank at MPI_Init (binding, device, resource) and at "
      "MPI_Finalize", NULL, NULL},
@@ -548,6 +553,18 @@ static rankmem_status_t check_backtrace(const char *name, const char *value)
     if (n < 0 || n > OBSERVE_MAX_FRAMES)
         return rk_error(RANKMEM_ERR_CONFIG, "%s: %ld is out of range: expected 0 to %d frames",
                         name, n, OBSERVE_MAX_FRAMES);
+    return RANKMEM_SUCCESS;
+}
+
+/* rk_mpi_timing_set_period's range (mpi/timing.h). */
+#define TIMING_SAMPLE_MAX (1L << 20)
+
+static rankmem_status_t check_timing_sample(const char *name, const char *value)
+{
+    long n = strtol(value, NULL, 10); /* the type's check has run: an integer */
+    if (n < 1 || n > TIMING_SAMPLE_MAX)
+        return rk_error(RANKMEM_ERR_CONFIG, "%s: %ld is out of range: expected 1 to %ld calls",
+                        name, n, TIMING_SAMPLE_MAX);
     return RANKMEM_SUCCESS;
 }
 
