@@ -148,6 +148,19 @@ static inline void list_remove(slist_t *l, blk_t *b)
     l->nfree--;
 }
 
+/* b, free in l, now has new_size bytes: it changes class only when its
+ * size crossed a class boundary (mostly it does not: no list work). */
+static inline void list_resize(slist_t *l, blk_t *b, size_t new_size)
+{
+    l->free_bytes += new_size - b->size; /* modulo arithmetic: shrinking too */
+    b->size = new_size;
+    unsigned c = class_of(new_size / UNIT);
+    if (RK_LIKELY(c == b->cls))
+        return;
+    list_remove(l, b);
+    list_insert(l, b);
+}
+
 /* Bytes of b usable for `bytes` at `alignment` after skipping to the alignment. */
 static inline int block_fits(const blk_t *b, size_t bytes, size_t alignment)
 {
@@ -211,29 +224,38 @@ static inline slist_t *list_at(const shard_t *sh, size_t k)
     return (slist_t *)sh->lists[k];
 }
 
-/* Put b (not in any list) into l, merging with free neighbours of the same list. */
+/* Put b (not in any list) into l, merging with free neighbours of the same
+ * list. A free neighbour absorbs b and keeps its place in the list (and its
+ * class, mostly): a pair that frees next to the block it was cut from costs
+ * no list work. */
 static void free_into(shard_t *p, slist_t *l, blk_t *b)
 {
-    blk_t *n = b->next;
-    if (n && n->owner == l) {
-        list_remove(l, n);
-        b->size += n->size;
-        b->next = n->next;
-        if (b->next)
-            b->next->prev = b;
-        desc_free(p, n);
-    }
-    blk_t *v = b->prev;
+    blk_t *n = b->next, *v = b->prev;
     if (v && v->owner == l) {
-        list_remove(l, v);
-        v->size += b->size;
-        v->next = b->next;
-        if (v->next)
-            v->next->prev = v;
+        size_t size = v->size + b->size;
+        v->next = n;
+        if (n)
+            n->prev = v;
         desc_free(p, b);
-        b = v;
+        if (n && n->owner == l) {
+            list_remove(l, n);
+            size += n->size;
+            v->next = n->next;
+            if (v->next)
+                v->next->prev = v;
+            desc_free(p, n);
+        }
+        list_resize(l, v, size);
+    } else if (n && n->owner == l) {
+        n->ptr = b->ptr;
+        n->prev = v;
+        if (v)
+            v->next = n;
+        list_resize(l, n, n->size + b->size);
+        desc_free(p, b);
+    } else {
+        list_insert(l, b);
     }
-    list_insert(l, b);
 }
 
 /* Cut [b->ptr + off, + len) out of b as a free block of list l placed before
@@ -662,6 +684,57 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
     return RANKMEM_SUCCESS;
 }
 
+/* The first `rounded` bytes of b (free in s, aligned) as an allocated
+ * block; the rest keeps b's descriptor and its place in s. NULL when out of
+ * descriptors (b unchanged). */
+static inline blk_t *carve_front(shard_t *sh, slist_t *s, blk_t *b, size_t rounded)
+{
+    if (b->size == rounded) {
+        list_remove(s, b);
+        return b;
+    }
+    blk_t *f = rk_desc_new(sh, sizeof *f);
+    if (RK_UNLIKELY(!f))
+        return NULL;
+    f->ptr = b->ptr;
+    f->size = rounded;
+    f->prev = b->prev;
+    f->next = b;
+    f->owner = NULL;
+    if (f->prev)
+        f->prev->next = f;
+    b->prev = f;
+    b->ptr += rounded;
+    list_resize(s, b, b->size - rounded);
+    return f;
+}
+
+/* The other cases: b is from another stream's list `from`, or needs
+ * padding for its alignment. *b_p: the allocated block. */
+static rankmem_status_t carve_slow(pool_t *p, shard_t *sh, slist_t *s, slist_t *from, blk_t *b,
+                                   size_t rounded, size_t alignment, blk_t **b_p)
+{
+    list_remove(from, b);
+    if (from != s) {
+        /* Taken from another stream after waiting for it: s keeps a grant of
+         * the block; the rest stays with the donor. */
+        size_t g = grant_size(p, rounded + alignment - UNIT, s->takes++);
+        if (b->size > g && !split_back(sh, from, b, g)) {
+            free_into(sh, from, b);
+            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
+        }
+    }
+    size_t pad = (size_t)(-(uintptr_t)b->ptr & (alignment - 1));
+    /* Leftovers stay in the stream's list: ordered on that stream. */
+    if ((pad && !split_front(sh, s, b, pad)) ||
+        (b->size > rounded && !split_back(sh, s, b, rounded))) {
+        free_into(sh, s, b);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
+    }
+    *b_p = b;
+    return RANKMEM_SUCCESS;
+}
+
 static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
                                       rankmem_stream_t stream, void **ptr_p)
 {
@@ -685,26 +758,14 @@ static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size
             goto out;
         s = list_for(sh, stream, 1); /* find_slow made sure it exists */
     }
-    list_remove(from, b);
-    if (from != s) {
-        /* Taken from another stream after waiting for it: s keeps a grant of
-         * the block; the rest stays with the donor. */
-        size_t g = grant_size(p, rounded + alignment - UNIT, s->takes++);
-        if (b->size > g && !split_back(sh, from, b, g)) {
-            free_into(sh, from, b);
+    if (RK_LIKELY(from == s) && RK_LIKELY(((uintptr_t)b->ptr & (alignment - 1)) == 0)) {
+        b = carve_front(sh, s, b, rounded);
+        if (RK_UNLIKELY(!b)) {
             st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
             goto out;
         }
-        from = s;
-    }
-    size_t pad = (size_t)(-(uintptr_t)b->ptr & (alignment - 1));
-    /* Leftovers stay in the stream's list: ordered on that stream. */
-    if ((pad && !split_front(sh, s, b, pad)) ||
-        (b->size > rounded && !split_back(sh, s, b, rounded))) {
-        free_into(sh, s, b);
-        st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
+    } else if ((st = carve_slow(p, sh, s, from, b, rounded, alignment, &b)) != RANKMEM_SUCCESS)
         goto out;
-    }
     st = rk_live_add(sh, b->ptr, b, bytes);
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS)) {
         free_into(sh, s, b);
