@@ -148,14 +148,18 @@ static inline void list_remove(slist_t *l, blk_t *b)
     l->nfree--;
 }
 
-/* b, free in l, now has new_size bytes: it changes class only when its
- * size crossed a class boundary (mostly it does not: no list work). */
+/* b, free in l, now has new_size bytes. It stays in its list when its
+ * class is unchanged, and also when it grew into the next class: a block
+ * then sits one class low (list_find_rest looks there), so that a block
+ * that is cut and merged back across a class boundary, pair after pair,
+ * moves once and not twice a pair. Every block of class k still has at
+ * least class k's smallest size, which is what list_find relies on. */
 static inline void list_resize(slist_t *l, blk_t *b, size_t new_size)
 {
     l->free_bytes += new_size - b->size; /* modulo arithmetic: shrinking too */
     b->size = new_size;
     unsigned c = class_of(new_size / UNIT);
-    if (RK_LIKELY(c == b->cls))
+    if (RK_LIKELY(c - b->cls <= 1)) /* c == cls or cls + 1 (unsigned: c < cls is large) */
         return;
     list_remove(l, b);
     list_insert(l, b);
@@ -170,6 +174,8 @@ static inline int block_fits(const blk_t *b, size_t bytes, size_t alignment)
 
 /* Best fit among the first blocks of the request's class, else the first
  * block of the next non-empty class (all of which fit). */
+static blk_t *list_find_rest(const slist_t *l, unsigned c, size_t bytes, size_t alignment);
+
 static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
 {
     size_t need = bytes + alignment - UNIT; /* worst-case padding included */
@@ -187,9 +193,16 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
             return best;
     }
     unsigned c2 = next_class(l, c + 1);
-    if (c2 < NCLASS)
+    if (RK_LIKELY(c2 < NCLASS))
         return l->heads[c2];
-    /* Nothing larger: look at the rest of the class before the caller grows. */
+    return list_find_rest(l, c, bytes, alignment);
+}
+
+/* Nothing in a larger class: before the caller grows, the rest of class c,
+ * and class c - 1, where blocks that grew into class c may sit (list_resize). */
+static blk_t *list_find_rest(const slist_t *l, unsigned c, size_t bytes, size_t alignment)
+{
+    blk_t *best = NULL;
     if (l->bitmap[c / 64] & (1ull << (c % 64))) {
         blk_t *b = l->heads[c];
         for (int n = 0; b && n < BEST_FIT_SCAN; n++)
@@ -198,6 +211,10 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
             if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
                 best = b;
     }
+    if (c > 0 && (l->bitmap[(c - 1) / 64] & (1ull << ((c - 1) % 64))))
+        for (blk_t *b = l->heads[c - 1]; b; b = b->fnext)
+            if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
+                best = b;
     return best;
 }
 
