@@ -24,9 +24,10 @@
  *
  * Threads scale through shards as in the pool: a thread works in the shard
  * of its thread slot (its own while there are at most NSHARDS threads), with
- * its own lock (a spinlock: critical sections are a few instructions, and
- * the lock is uncontended unless another thread comes to take memory) and
- * its own stream stacks. A block freed by any thread goes to that thread's
+ * its own lock (biased to the first thread that allocates there, bias.h:
+ * that thread enters with plain loads and stores; the lock is uncontended
+ * unless another thread comes to take memory or free a block) and its own
+ * stream stacks. A block freed by any thread goes to that thread's
  * shard, so frees never touch another thread's cache lines.
  *
  * When the stream's stack in the shard is empty, in order of cost:
@@ -48,6 +49,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "fixed.h"
+#include "bias.h"
 #include "config_internal.h"
 
 #include <limits.h>
@@ -68,11 +70,7 @@ enum { FREE = 0, LIVE = 1, GONE = 2 };
 
 static rankmem_status_t fixed_forget_stream(rankmem_resource_t *mr, rankmem_stream_t stream);
 
-/* ---- a small spinlock: taken by one thread almost always ---- */
-
-typedef struct {
-    int v;
-} spin_t;
+/* ---- shard locks: biased to the thread that uses the shard (bias.h) ---- */
 
 static inline void cpu_relax(void)
 {
@@ -82,29 +80,6 @@ static inline void cpu_relax(void)
     __asm__ __volatile__("yield");
 #endif
 }
-
-static void spin_lock_slow(spin_t *l)
-{
-    for (unsigned n = 0;; n++) {
-        while (__atomic_load_n(&l->v, __ATOMIC_RELAXED)) {
-            if (n++ < 100)
-                cpu_relax();
-            else
-                sched_yield(); /* the holder may be descheduled (more threads than cores) */
-        }
-        if (!__atomic_exchange_n(&l->v, 1, __ATOMIC_ACQUIRE))
-            return;
-    }
-}
-
-static inline void spin_lock(spin_t *l)
-{
-    if (RK_LIKELY(!__atomic_exchange_n(&l->v, 1, __ATOMIC_ACQUIRE)))
-        return;
-    spin_lock_slow(l);
-}
-
-static inline void spin_unlock(spin_t *l) { __atomic_store_n(&l->v, 0, __ATOMIC_RELEASE); }
 
 /* ---- data ---- */
 
@@ -121,7 +96,8 @@ typedef struct slist {
 } __attribute__((aligned(64))) slist_t; /* stacks of different threads share no cache line */
 
 typedef struct shard {
-    spin_t lock;
+    rk_block_t lock;
+    int mode; /* how the holder entered: rk_block_unlock's argument */
     slist_t *hint; /* the stack used last: consecutive calls mostly use one stream */
     slist_t **lists;
     size_t nlists, cap_lists;
@@ -191,27 +167,45 @@ static inline shard_t *my_shard(fixed_t *f)
     return &f->shards[s & (NSHARDS - 1)];
 }
 
+static inline void shard_lock(shard_t *sh)
+{
+    int mode = rk_block_lock(&sh->lock);
+    sh->mode = mode;
+}
+
+static inline void shard_unlock(shard_t *sh) { rk_block_unlock(&sh->lock, sh->mode); }
+
+/* The calling thread's own shard: the first thread through the real lock of
+ * a shard nobody claimed takes the bias. */
+static inline void lock_own(shard_t *sh)
+{
+    shard_lock(sh);
+    if (RK_UNLIKELY(!sh->mode) &&
+        RK_UNLIKELY(__atomic_load_n(&sh->lock.owner, __ATOMIC_RELAXED) == NULL))
+        rk_block_rebind(&sh->lock, 1);
+}
+
 static void lock_all(fixed_t *f)
 {
     for (int i = 0; i < NSHARDS; i++)
-        spin_lock(&f->shards[i].lock);
+        shard_lock(&f->shards[i]);
 }
 
 static void unlock_all(fixed_t *f)
 {
     for (int i = NSHARDS - 1; i >= 0; i--)
-        spin_unlock(&f->shards[i].lock);
+        shard_unlock(&f->shards[i]);
 }
 
 /* Shard locks are taken in address order when two are held. */
 static void lock_two(shard_t *a, shard_t *b)
 {
     if (a < b) {
-        spin_lock(&a->lock);
-        spin_lock(&b->lock);
+        shard_lock(a);
+        shard_lock(b);
     } else {
-        spin_lock(&b->lock);
-        spin_lock(&a->lock);
+        shard_lock(b);
+        shard_lock(a);
     }
 }
 
@@ -497,7 +491,7 @@ static inline void pop(shard_t *sh, slist_t *s, void **ptr_p)
     ent_t e = s->e[--s->n];
     add_nfree(sh, (size_t)-1);
     __atomic_store_n(&sh->live, sh->live + 1, __ATOMIC_RELAXED);
-    spin_unlock(&sh->lock);
+    shard_unlock(sh);
     __atomic_store_n(e.state, LIVE, __ATOMIC_RELAXED);
     *ptr_p = e.ptr;
 }
@@ -511,19 +505,19 @@ static int steal(fixed_t *f, shard_t *sh, rankmem_stream_t stream, rankmem_statu
         shard_t *o = &f->shards[(start + i) & (NSHARDS - 1)];
         if (!__atomic_load_n(&o->nfree, __ATOMIC_RELAXED))
             continue;
-        spin_unlock(&sh->lock);
+        shard_unlock(sh);
         lock_two(sh, o);
         slist_t *d = list_for(o, stream, 0);
         if (!d || !d->n)
             d = fullest(o, NULL);
         if (!d) {
-            spin_unlock(&o->lock);
+            shard_unlock(o);
             continue;
         }
         if (f->use_events && d->stream != stream) {
             rankmem_status_t st = rk_gpu_stream_wait(stream, d->stream, &d->event);
             if (st != RANKMEM_SUCCESS) {
-                spin_unlock(&o->lock);
+                shard_unlock(o);
                 *st_p = st;
                 return 0;
             }
@@ -531,14 +525,14 @@ static int steal(fixed_t *f, shard_t *sh, rankmem_stream_t stream, rankmem_statu
         slist_t *s = list_for(sh, stream, 1);
         size_t k = grant(d->n);
         if (!s || !reserve(s, k)) {
-            spin_unlock(&o->lock);
+            shard_unlock(o);
             *st_p = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for a free list");
             return 0;
         }
         move_entries(s, d, k);
         add_nfree(o, (size_t)0 - k);
         add_nfree(sh, k);
-        spin_unlock(&o->lock);
+        shard_unlock(o);
         return 1;
     }
     return 0;
@@ -584,15 +578,15 @@ static rankmem_status_t alloc_slow(fixed_t *f, shard_t *sh, rankmem_stream_t str
             st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for a free list");
             break;
         }
-        spin_unlock(&sh->lock);
+        shard_unlock(sh);
         batch_t *b;
         st = grow(f, stream, &b);
-        spin_lock(&sh->lock);
+        shard_lock(sh);
         if (st != RANKMEM_SUCCESS)
             break;
         s = list_for(sh, stream, 1);
         if (!s || !reserve(s, f->nblocks)) {
-            spin_unlock(&sh->lock);
+            shard_unlock(sh);
             drop_batch(f, b);
             return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for a free list");
         }
@@ -604,7 +598,7 @@ static rankmem_status_t alloc_slow(fixed_t *f, shard_t *sh, rankmem_stream_t str
         }
         add_nfree(sh, f->nblocks);
     }
-    spin_unlock(&sh->lock);
+    shard_unlock(sh);
     if (st == RANKMEM_SUCCESS) /* other threads kept taking what we found */
         st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
                       "fixed: other threads kept taking the new blocks of %zu bytes", f->bs);
@@ -628,7 +622,7 @@ static rankmem_status_t fixed_allocate(rankmem_resource_t *mr, size_t bytes, siz
     if (RK_UNLIKELY(alignment > UNIT))
         return alloc_aligned(f, bytes, alignment, stream, ptr_p);
     shard_t *sh = my_shard(f);
-    spin_lock(&sh->lock);
+    lock_own(sh);
     slist_t *s = sh->hint;
     if (RK_LIKELY(s != NULL && s->stream == stream && s->n)) {
         pop(sh, s, ptr_p);
@@ -689,12 +683,12 @@ static rankmem_status_t fixed_deallocate(rankmem_resource_t *mr, void *ptr, size
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
                         "fixed: %p is not a live block (double free?); not freed", ptr);
     shard_t *sh = my_shard(f);
-    spin_lock(&sh->lock);
+    lock_own(sh);
     slist_t *s = sh->hint;
     if (RK_UNLIKELY(s == NULL || s->stream != stream))
         s = list_for(sh, stream, 1);
     if (RK_UNLIKELY(!s || (s->n == s->cap && !reserve(s, 1)))) {
-        spin_unlock(&sh->lock);
+        shard_unlock(sh);
         __atomic_store_n(&b->state[i], LIVE, __ATOMIC_RELAXED); /* nothing changed */
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory to free %p", ptr);
     }
@@ -703,7 +697,7 @@ static rankmem_status_t fixed_deallocate(rankmem_resource_t *mr, void *ptr, size
     s->n++;
     add_nfree(sh, 1);
     __atomic_store_n(&sh->live, sh->live - 1, __ATOMIC_RELAXED);
-    spin_unlock(&sh->lock);
+    shard_unlock(sh);
     return RANKMEM_SUCCESS;
 }
 
@@ -835,13 +829,13 @@ static rankmem_status_t fixed_forget_stream(rankmem_resource_t *mr, rankmem_stre
     int synced = 0;
     for (int i = 0; i < NSHARDS; i++) {
         shard_t *sh = &f->shards[i];
-        spin_lock(&sh->lock);
+        shard_lock(sh);
         slist_t *l = list_for(sh, stream, 0);
         if (l) {
             if (f->use_events && !synced) {
                 rankmem_status_t st = rk_gpu_stream_sync(stream);
                 if (st != RANKMEM_SUCCESS) {
-                    spin_unlock(&sh->lock);
+                    shard_unlock(sh);
                     return st;
                 }
                 synced = 1;
@@ -863,7 +857,7 @@ static rankmem_status_t fixed_forget_stream(rankmem_resource_t *mr, rankmem_stre
             }
             sh->hint = NULL;
         }
-        spin_unlock(&sh->lock);
+        shard_unlock(sh);
     }
     return RANKMEM_SUCCESS;
 }
