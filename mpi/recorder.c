@@ -114,9 +114,10 @@ typedef struct {
 } site_t;
 
 /* A counter's shared part (see rk_tpeak_t in src/tslot.h): the flushed
- * sum and the peak, on a line of their own. */
+ * sum and the peak, written by flushes, on a line of their own. The
+ * epochs, read by every increase and written only by phase marks, are
+ * apart (gepoch). */
 typedef struct {
-    unsigned epoch;    /* atomic: bumped by each reset (a phase mark) */
     size_t flushed;    /* atomic */
     size_t peak;       /* atomic */
     uint64_t peak_ns;  /* atomic: when peak was raised last */
@@ -167,6 +168,11 @@ typedef struct slot {
 
 static part_t parts[MAX_PARTS];
 static gctr_t gctr[NCTR];
+/* atomic: bumped by each reset; the struct's size rounds to whole lines */
+static struct {
+    unsigned e[NCTR];
+} __attribute__((aligned(64))) gepochs;
+#define gepoch gepochs.e
 
 static struct {
     int enabled;          /* atomic */
@@ -418,7 +424,7 @@ static inline void ctr_add(int i, lctr_t *l, uint64_t bytes, uint64_t t)
     __atomic_store_n(&l->total, l->total + bytes, __ATOMIC_RELAXED);
     __atomic_store_n(&l->count, l->count + 1, __ATOMIC_RELAXED);
     __atomic_store_n(&l->live, l->live + 1, __ATOMIC_RELAXED);
-    unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_RELAXED);
+    unsigned e = __atomic_load_n(&gepoch[i], __ATOMIC_RELAXED);
     if (RK_OBS_UNLIKELY(e != l->epoch)) {
         ctr_rebase(g, l, e, t);
         return;
@@ -447,7 +453,7 @@ static inline uint64_t ctr_est(const lctr_t *l) { return (uint64_t)(l->cur + l->
 static void ctr_reset_all(void)
 {
     for (int i = 0; i < NCTR; i++) {
-        gctr[i].epoch = 1; /* slots start at 0: their first increase rebases */
+        gepoch[i] = 1; /* slots start at 0: their first increase rebases */
         gctr[i].flushed = gctr[i].peak = 0;
         gctr[i].peak_ns = 0;
     }
@@ -462,7 +468,7 @@ static ctr_view_t ctr_view(int i, uint64_t gen, uint64_t now)
 {
     gctr_t *g = &gctr[i];
     ctr_view_t v = {0};
-    unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_ACQUIRE);
+    unsigned e = __atomic_load_n(&gepoch[i], __ATOMIC_ACQUIRE);
     v.peak = __atomic_load_n(&g->peak, __ATOMIC_RELAXED);
     v.peak_ns = __atomic_load_n(&g->peak_ns, __ATOMIC_RELAXED);
     FOR_SLOTS(s, gen) {
@@ -503,10 +509,10 @@ static uint64_t gpu_reset(uint64_t gen, slot_t *self, uint64_t t)
     gctr_t *g = &gctr[CTR_GPU];
     if (self)
         ctr_flush(g, &self->c[CTR_GPU], t);
-    unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_RELAXED) + 1;
+    unsigned e = __atomic_load_n(&gepoch[CTR_GPU], __ATOMIC_RELAXED) + 1;
     if (e == 0)
         e = 1;
-    __atomic_store_n(&g->epoch, e, __ATOMIC_RELEASE);
+    __atomic_store_n(&gepoch[CTR_GPU], e, __ATOMIC_RELEASE);
     if (self) {
         lctr_t *l = &self->c[CTR_GPU];
         __atomic_store_n(&l->lpeak, l->seen, __ATOMIC_RELAXED);
