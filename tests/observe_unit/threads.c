@@ -6,7 +6,8 @@
  * states, and the block table is consistent: every block kept is freed
  * once with its size, none is found twice. A second team of 16 threads
  * takes the first one's slots over and the counts stay exact. No timed
- * assertion: run it under ThreadSanitizer to check the locking. */
+ * assertion: run it under ThreadSanitizer to check the locking. One thread
+ * alone first: its peaks, their time and its phases' peaks are exact. */
 #define _GNU_SOURCE
 #include "recorder.h"
 
@@ -140,8 +141,62 @@ static void run_team(void *(*fn)(void *), int with_barriers)
         pthread_join(t[k], NULL);
 }
 
+/* One thread, sizes on both sides of the publication step: the peaks, the
+ * peak's time and each phase's peak are exact. */
+static void one_thread_exact(void)
+{
+    rk_obs_config_t c = {0};
+    c.clock_ns = fake_clock;
+    if (rk_obs_init(&c) != 0)
+        BAIL_OUT("rk_obs_init");
+    uint64_t t0 = __atomic_load_n(&fake_t, __ATOMIC_RELAXED); /* init read the clock once */
+    uint64_t x = 12345, live = 0, peak = 0, peak_t = 0, phase_peak = 0;
+    uint64_t size[64] = {0};
+    int phases_ok = 1;
+    for (int i = 0; i < 20000; i++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int b = (int)(x % 64);
+        uintptr_t p = 0x100000000ull + (uintptr_t)b * 4096;
+        if (size[b]) {
+            rk_obs_free(p);
+            live -= size[b];
+            size[b] = 0;
+        } else {
+            size[b] = 1 + (x >> 20) % (20 * MiB); /* 1 byte .. 20 MiB */
+            rk_obs_alloc(RK_OBS_VMM, RK_OBS_PROGRAM, RK_OBS_API_TEST, p, size[b]);
+            live += size[b];
+            if (live > peak) {
+                peak = live;
+                peak_t = __atomic_load_n(&fake_t, __ATOMIC_RELAXED);
+            }
+            if (live > phase_peak)
+                phase_peak = live;
+        }
+        if (i % 1000 == 999) {
+            rk_obs_phase_t ph[RK_OBS_MAX_PHASES];
+            size_t n = rk_obs_phases(ph, RK_OBS_MAX_PHASES);
+            phases_ok &= n > 0 && ph[n - 1].peak == phase_peak;
+            rk_obs_phase("step");
+            phase_peak = live;
+        }
+    }
+    rk_obs_summary_t s;
+    rk_obs_summary(&s);
+    ok(s.program[RK_OBS_VMM].current == live && s.program_gpu.current == live,
+       "one thread: current exact");
+    ok(s.program[RK_OBS_VMM].peak == peak && s.program_gpu.peak == peak,
+       "one thread: peak exact (%llu, want %llu), across flushes and phase marks",
+       (unsigned long long)s.program_gpu.peak, (unsigned long long)peak);
+    ok(s.program[RK_OBS_VMM].peak_ns == peak_t - t0, "one thread: the peak's time");
+    ok(phases_ok, "one thread: every phase's peak exact");
+    rk_obs_fini();
+}
+
 int main(void)
 {
+    one_thread_exact();
     rk_obs_config_t c = {0};
     c.backtrace_depth = 2;
     c.clock_ns = fake_clock;
