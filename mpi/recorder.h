@@ -4,7 +4,9 @@
  * the cudaMalloc interposer; tests: the same calls by hand); the report
  * (mpi/report.c) reads it. Plain C: no MPI, no CUDA, so that it is tested on
  * the CPU. Thread-safe: any thread may feed it at any time after
- * rk_obs_init; queries take a consistent snapshot.
+ * rk_obs_init, and threads feeding at once seldom wait on each other (a
+ * lock per part of the block table, counters per thread: see recorder.c).
+ * rk_obs_init and rk_obs_fini must not run while another thread feeds.
  *
  * Not installed; every symbol hidden (the recorder lives in the MPI plugin). */
 #ifndef RANKMEM_MPI_RECORDER_H
@@ -163,7 +165,12 @@ RK_MPI_HIDDEN void rk_obs_phase(const char *name);
 /* Takes a timeline sample now (the report does, at finalize). */
 RK_MPI_HIDDEN void rk_obs_sample_now(void);
 
-/* ---- queries (any time; a consistent snapshot under the recorder's lock) ---- */
+/* ---- queries (any time) ----
+ * Counts, totals and live values are exact when no feed is in flight (after
+ * the threads join, at MPI_Finalize); a query racing with feeds sees each
+ * thread's counters as of some moment during it. Peaks (and the timeline's
+ * and phases' maxima) are exact while one thread feeds, and within
+ * n x 8 MiB of the true ones with n threads feeding (docs/observe.md). */
 
 typedef struct rk_obs_counts {
     uint64_t current, peak, total; /* bytes: live now, most live at once, all ever */
