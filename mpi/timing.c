@@ -153,6 +153,12 @@ uint64_t rk_mpi_now_ns(void)
 __attribute__((weak, visibility("hidden"))) void rk_mpi_staging_forget(const void *ptr,
                                                                        size_t bytes);
 
+static __attribute__((noinline)) rankmem_status_t forget(const void *ptr, size_t bytes)
+{
+    rk_mpi_staging_forget(ptr, bytes);
+    return RANKMEM_SUCCESS;
+}
+
 static __attribute__((noinline)) rankmem_status_t timed_allocate(timing_t *t, slot_t *s,
                                                                   size_t bytes, size_t alignment,
                                                                   rankmem_stream_t stream,
@@ -240,7 +246,7 @@ static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, si
     rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
     rk_obs_internal_depth--;
     if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
-        rk_mpi_staging_forget(*ptr_p, bytes);
+        return forget(*ptr_p, bytes); /* a tail call: st need not live across it */
     return st;
 }
 
