@@ -213,6 +213,7 @@ static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void *ptr, size
                                          size_t alignment, rankmem_stream_t stream)
 {
     stats_t *s = (stats_t *)mr;
+    rankmem_resource_t *up = mr->upstream;
     slot_t *t = slot_peek(s);
     if (RK_UNLIKELY(!t))
         return dealloc_slow(s, ptr, bytes, alignment, stream);
@@ -222,7 +223,6 @@ static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void *ptr, size
         return dealloc_slow(s, ptr, bytes, alignment, stream);
     __atomic_store_n(&t->bytes.cur, cb, __ATOMIC_RELAXED);
     __atomic_store_n(&t->count.cur, cc, __ATOMIC_RELAXED);
-    rankmem_resource_t *up = mr->upstream;
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
         return refused(s, bytes, st);
