@@ -692,6 +692,59 @@ static void cross_thread_frees(void)
     rankmem_resource_release(sys);
 }
 
+/* A scope pushed by one thread while another allocates: the push must
+ * restart the other thread's own peak (rk_tpeak_reset lowers its bound),
+ * so that a pair inside the scope, smaller than what the thread reached
+ * before, still shows as the scope's peak. One allocating thread, whose
+ * unpublished change is 0 at the push: exact. */
+typedef struct {
+    rankmem_resource_t *mr;
+    pthread_barrier_t *bar;
+} scoped_t;
+
+static void *scoped_worker(void *arg)
+{
+    scoped_t *w = arg;
+    /* A 1-byte pair first: the thread's first increase publishes its change
+     * (then 1 byte), and the shared sum the push keeps is 1, not 2 MiB. */
+    dealloc(w->mr, alloc(w->mr, 1), 1);
+    dealloc(w->mr, alloc(w->mr, (size_t)2 << 20), (size_t)2 << 20);
+    pthread_barrier_wait(w->bar); /* the main thread pushes */
+    pthread_barrier_wait(w->bar);
+    dealloc(w->mr, alloc(w->mr, (size_t)1 << 20), (size_t)1 << 20);
+    pthread_barrier_wait(w->bar); /* the main thread pops */
+    return NULL;
+}
+
+static void scope_from_another_thread(void)
+{
+    rankmem_resource_t *sys, *st;
+    rankmem_system_create(&sys);
+    rankmem_stats_create(sys, &st);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 2);
+    scoped_t w = {st, &bar};
+    pthread_t th;
+    pthread_create(&th, NULL, scoped_worker, &w);
+    pthread_barrier_wait(&bar);
+    rankmem_stats_push(st);
+    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar);
+    rankmem_stats_t sc;
+    sc.size = sizeof sc;
+    rankmem_stats_pop(st, &sc);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&bar);
+    ok(sc.bytes_peak == (size_t)1 << 20 && sc.count_peak == 1 && sc.bytes_total == (size_t)1 << 20,
+       "a scope pushed from another thread: the allocating thread's peak restarts (%zu, %zu)",
+       sc.bytes_peak, sc.count_peak);
+    rankmem_stats_t s = get(st);
+    ok(s.bytes_peak == (size_t)2 << 20, "and the peak since creation is kept (%zu)",
+       s.bytes_peak);
+    rankmem_resource_release(st);
+    rankmem_resource_release(sys);
+}
+
 int main(void)
 {
     over_counting();
@@ -717,6 +770,7 @@ int main(void)
     stacked();
     one_thread_exact();
     cross_thread_frees();
+    scope_from_another_thread();
     {
         rankmem_resource_t *sys, *pool;
         rankmem_system_create(&sys);
