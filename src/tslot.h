@@ -142,10 +142,12 @@ static inline void *rk_tslot_payload(rk_tslot_t *t) { return (char *)t + RK_TSLO
  * and so is the peak.
  *
  * A reset (a scope push) bumps the epoch: slots' peaks of an older epoch
- * are ignored, and each thread, at its next increase, flushes (so that
- * its `seen` is a value from after the reset) and restarts its own. */
+ * are ignored. It also lowers every slot's bound `hi`, so that each
+ * thread, at its next increase, takes the slow path, which sees the new
+ * epoch, flushes (so that its `seen` is a value from after the reset) and
+ * restarts its own peak: the fast path never reads the epoch. */
 typedef struct rk_tpeak {
-    /* Read on every increase, written only by resets. */
+    /* Read by slow paths and queries, written only by resets. */
     unsigned epoch;  /* atomic: bumped by each reset */
     /* Written by flushes: a line of their own. */
     size_t flushed __attribute__((aligned(64))); /* atomic: every flush, summed */
