@@ -13,6 +13,12 @@
  *   valgrind --tool=callgrind --toggle-collect=probe_pairs \
  *       bench/counters-probe --threads 1 --pairs 100000 --only stats>timing>pool
  *
+ * and divide by the pairs plus the 4096 of the warm-up (probe_pairs runs
+ * both). Add --dump-instr=yes and read callgrind_annotate's per-function
+ * counts (or objdump the fast paths) to see where they go. The probe links
+ * no staging (mpi/staging.c): the plugin's timing layer also calls its
+ * rk_mpi_staging_forget after every allocate, which this does not count.
+ *
  * On a box of few cores this shows how the counters scale up to its core
  * count; the 16-thread numbers come from bench/rankmem-bench on the GPU
  * machine. */

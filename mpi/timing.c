@@ -34,6 +34,11 @@
 #include "timing.h"
 #include "recorder.h" /* rk_obs_internal_depth */
 
+/* Raised around every upstream call: initial-exec (the plugin is loaded
+ * with the program, plugin.h says why) makes it one %fs-relative add
+ * instead of a __tls_get_addr call each way. */
+extern __thread int rk_obs_internal_depth __attribute__((tls_model("initial-exec")));
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -95,6 +100,8 @@ static __attribute__((noinline)) slot_t *slot_slow(timing_t *t)
     return s;
 }
 
+#define RK_MPI_UNLIKELY(x) __builtin_expect(!!(x), 0)
+
 static inline slot_t *get_slot(timing_t *t)
 {
     return __builtin_expect(cache.id == t->id, 1) ? cache.slot : slot_slow(t);
@@ -146,6 +153,12 @@ uint64_t rk_mpi_now_ns(void)
 __attribute__((weak, visibility("hidden"))) void rk_mpi_staging_forget(const void *ptr,
                                                                        size_t bytes);
 
+static __attribute__((noinline)) rankmem_status_t forget(const void *ptr, size_t bytes)
+{
+    rk_mpi_staging_forget(ptr, bytes);
+    return RANKMEM_SUCCESS;
+}
+
 static __attribute__((noinline)) rankmem_status_t timed_allocate(timing_t *t, slot_t *s,
                                                                   size_t bytes, size_t alignment,
                                                                   rankmem_stream_t stream,
@@ -170,15 +183,19 @@ static __attribute__((noinline)) rankmem_status_t timed_deallocate(timing_t *t, 
     return st;
 }
 
-static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
-                                        rankmem_stream_t stream, void **ptr_p)
+/* The complete call: the slot looked up (or made), the call timed if its
+ * turn has come. The fast paths below come here for anything but an
+ * untimed call from a thread whose slot is cached. */
+static __attribute__((noinline)) rankmem_status_t allocate_slow(timing_t *t, size_t bytes,
+                                                                size_t alignment,
+                                                                rankmem_stream_t stream,
+                                                                void **ptr_p)
 {
-    timing_t *t = (timing_t *)mr;
-    rankmem_resource_t *up = mr->upstream;
+    rankmem_resource_t *up = t->base.upstream;
     slot_t *s = get_slot(t);
     rankmem_status_t st;
     rk_obs_internal_depth++; /* what CUDA gives the chain is rankmem's own (observation) */
-    if (__builtin_expect(s != NULL, 1) && take_sample(s))
+    if (s != NULL && take_sample(s))
         st = timed_allocate(t, s, bytes, alignment, stream, ptr_p);
     else
         st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
@@ -188,18 +205,60 @@ static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, si
     return st;
 }
 
+static __attribute__((noinline)) rankmem_status_t deallocate_slow(timing_t *t, void *ptr,
+                                                                  size_t bytes, size_t alignment,
+                                                                  rankmem_stream_t stream)
+{
+    rankmem_resource_t *up = t->base.upstream;
+    slot_t *s = get_slot(t);
+    rankmem_status_t st;
+    rk_obs_internal_depth++;
+    if (s != NULL && take_sample(s))
+        st = timed_deallocate(t, s, ptr, bytes, alignment, stream);
+    else
+        st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+    rk_obs_internal_depth--;
+    return st;
+}
+
+/* Whether this is an untimed call of a thread whose slot is cached; if
+ * so, counts it. No call: the fast path's only call is the upstream's. */
+static inline __attribute__((always_inline)) int untimed(timing_t *t)
+{
+    if (RK_MPI_UNLIKELY(cache.id != t->id))
+        return 0;
+    slot_t *s = cache.slot;
+    uint32_t c = __atomic_load_n(&s->countdown, __ATOMIC_RELAXED) - 1;
+    if (RK_MPI_UNLIKELY(c == 0))
+        return 0; /* the slow path counts it down and times it */
+    __atomic_store_n(&s->countdown, c, __ATOMIC_RELAXED);
+    return 1;
+}
+
+static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                        rankmem_stream_t stream, void **ptr_p)
+{
+    timing_t *t = (timing_t *)mr;
+    if (RK_MPI_UNLIKELY(!untimed(t)))
+        return allocate_slow(t, bytes, alignment, stream, ptr_p);
+    rankmem_resource_t *up = mr->upstream;
+    rk_obs_internal_depth++;
+    rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
+    rk_obs_internal_depth--;
+    if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
+        return forget(*ptr_p, bytes); /* a tail call: st need not live across it */
+    return st;
+}
+
 static rankmem_status_t timing_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
                                           size_t alignment, rankmem_stream_t stream)
 {
     timing_t *t = (timing_t *)mr;
+    if (RK_MPI_UNLIKELY(!untimed(t)))
+        return deallocate_slow(t, ptr, bytes, alignment, stream);
     rankmem_resource_t *up = mr->upstream;
-    slot_t *s = get_slot(t);
-    rankmem_status_t st;
     rk_obs_internal_depth++;
-    if (__builtin_expect(s != NULL, 1) && take_sample(s))
-        st = timed_deallocate(t, s, ptr, bytes, alignment, stream);
-    else
-        st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+    rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
     rk_obs_internal_depth--;
     return st;
 }

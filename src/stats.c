@@ -76,7 +76,81 @@ static inline void bump(size_t *x, size_t d)
     __atomic_store_n(x, __atomic_load_n(x, __ATOMIC_RELAXED) + d, __ATOMIC_RELAXED);
 }
 
-/* ---- hot path ---- */
+/* ---- hot path ----
+ *
+ * One thread, a pair below its peak: each call finds its slot in the
+ * thread's cache, moves its counters with plain stores and compares them
+ * with their bounds (rk_tpeak_add/sub's fast path, written out here for
+ * both counters at once). Anything else (no cached slot, a bound crossed,
+ * a reset, a failure) goes to a noinline function, so that the fast path
+ * makes no call but the upstream's and keeps few registers across it. */
+
+/* The slot of the stats adaptor this thread used last (keyed by its set's
+ * id, unique for the process): one %fs-relative compare and load, where
+ * rk_tslot_peek indexes a table. The usual program has one stats adaptor
+ * (the rank's); another one used in turn falls back to rk_tslot_get. */
+#define last (rk_tslot_mru[RK_TSLOT_MRU_STATS])
+
+static inline __attribute__((always_inline)) slot_t *slot_peek(const stats_t *s)
+{
+    if (RK_LIKELY(last.id == s->slots.id)) {
+        slot_t *t = last.payload;
+        if (!t) /* never: the entry is filled with a slot */
+            __builtin_unreachable();
+        return t;
+    }
+    return NULL;
+}
+
+/* A miss of `last`: the set's slot (NULL if none could be made), cached. */
+static slot_t *slot_get(stats_t *s)
+{
+    slot_t *t = rk_tslot_get(&s->slots);
+    if (t)
+        last = (rk_tslot_cache_t){s->slots.id, t};
+    return t;
+}
+
+/* A thread that got no slot: straight to the shared sums. */
+static __attribute__((noinline, cold)) void count_shared(stats_t *s, size_t db, size_t dc,
+                                                          int alloc)
+{
+    rk_tpeak_add_shared(&s->bytes, db);
+    rk_tpeak_add_shared(&s->count, dc);
+    if (alloc) {
+        __atomic_add_fetch(&s->spill.bytes, db, __ATOMIC_RELAXED);
+        __atomic_add_fetch(&s->spill.count, dc, __ATOMIC_RELAXED);
+    }
+}
+
+/* An allocation of `bytes` counted in, the slow way. */
+static __attribute__((noinline, cold)) rankmem_status_t count_in_slow(stats_t *s, size_t bytes)
+{
+    slot_t *t = slot_get(s);
+    if (!t) {
+        count_shared(s, bytes, 1, 1);
+        return RANKMEM_SUCCESS;
+    }
+    rk_tpeak_add(&s->bytes, &t->bytes, bytes, STATS_SLACK_BYTES);
+    rk_tpeak_add(&s->count, &t->count, 1, STATS_SLACK_COUNT);
+    bump(&t->bytes_total, bytes);
+    bump(&t->count_total, 1);
+    return RANKMEM_SUCCESS;
+}
+
+/* After the fast path's stores: a bound crossed, or a reset. */
+static __attribute__((noinline, cold)) rankmem_status_t counted_in_slow(stats_t *s, slot_t *t)
+{
+    rk_tpeak_slow(&s->bytes, &t->bytes, STATS_SLACK_BYTES);
+    rk_tpeak_slow(&s->count, &t->count, STATS_SLACK_COUNT);
+    return RANKMEM_SUCCESS;
+}
+
+static __attribute__((noinline, cold)) rankmem_status_t failed(stats_t *s, rankmem_status_t st)
+{
+    __atomic_add_fetch(&s->failures, 1, __ATOMIC_RELAXED);
+    return st;
+}
 
 static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
                                        rankmem_stream_t stream, void **ptr_p)
@@ -84,22 +158,20 @@ static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t bytes, siz
     stats_t *s = (stats_t *)mr;
     rankmem_resource_t *up = mr->upstream;
     rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
-    if (RK_UNLIKELY(st != RANKMEM_SUCCESS)) {
-        __atomic_add_fetch(&s->failures, 1, __ATOMIC_RELAXED);
-        return st;
-    }
-    slot_t *t = rk_tslot_get(&s->slots);
-    if (RK_LIKELY(t != NULL)) {
-        rk_tpeak_add(&s->bytes, &t->bytes, bytes, STATS_SLACK_BYTES);
-        rk_tpeak_add(&s->count, &t->count, 1, STATS_SLACK_COUNT);
-        bump(&t->bytes_total, bytes);
-        bump(&t->count_total, 1);
-    } else {
-        rk_tpeak_add_shared(&s->bytes, bytes);
-        rk_tpeak_add_shared(&s->count, 1);
-        __atomic_add_fetch(&s->spill.bytes, bytes, __ATOMIC_RELAXED);
-        __atomic_add_fetch(&s->spill.count, 1, __ATOMIC_RELAXED);
-    }
+    if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
+        return failed(s, st);
+    slot_t *t = slot_peek(s);
+    if (RK_UNLIKELY(!t))
+        return count_in_slow(s, bytes);
+    size_t cb = t->bytes.cur + bytes, cc = t->count.cur + 1;
+    __atomic_store_n(&t->bytes.cur, cb, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->count.cur, cc, __ATOMIC_RELAXED);
+    bump(&t->bytes_total, bytes);
+    bump(&t->count_total, 1);
+    /* A reset lowers hi: no epoch to compare here. */
+    if (RK_UNLIKELY((ptrdiff_t)cb > __atomic_load_n(&t->bytes.hi, __ATOMIC_RELAXED) ||
+                    (ptrdiff_t)cc > __atomic_load_n(&t->count.hi, __ATOMIC_RELAXED)))
+        return counted_in_slow(s, t);
     return RANKMEM_SUCCESS;
 }
 
@@ -108,16 +180,33 @@ static rankmem_status_t stats_allocate(rankmem_resource_t *mr, size_t bytes, siz
  * with no peak to raise (it was live before). Counted out before the
  * upstream has the memory: once it does, another thread may be handed it,
  * and counting it twice would inflate the peak. */
-static inline void count_move(stats_t *s, size_t db, size_t dc)
+static __attribute__((noinline, cold)) void count_move(stats_t *s, size_t db, size_t dc)
 {
-    slot_t *t = rk_tslot_get(&s->slots);
+    slot_t *t = slot_get(s);
     if (RK_LIKELY(t != NULL)) {
         rk_tpeak_sub(&s->bytes, &t->bytes, (size_t)0 - db, STATS_SLACK_BYTES);
         rk_tpeak_sub(&s->count, &t->count, (size_t)0 - dc, STATS_SLACK_COUNT);
     } else {
-        rk_tpeak_add_shared(&s->bytes, db);
-        rk_tpeak_add_shared(&s->count, dc);
+        count_shared(s, db, dc, 0);
     }
+}
+
+static __attribute__((noinline, cold)) rankmem_status_t
+dealloc_slow(stats_t *s, void *ptr, size_t bytes, size_t alignment, rankmem_stream_t stream)
+{
+    rankmem_resource_t *up = s->base.upstream;
+    count_move(s, (size_t)0 - bytes, (size_t)0 - 1);
+    rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+    if (st != RANKMEM_SUCCESS)
+        count_move(s, bytes, 1);
+    return st;
+}
+
+static __attribute__((noinline, cold)) rankmem_status_t refused(stats_t *s, size_t bytes,
+                                                               rankmem_status_t st)
+{
+    count_move(s, bytes, 1);
+    return st;
 }
 
 static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
@@ -125,10 +214,18 @@ static rankmem_status_t stats_deallocate(rankmem_resource_t *mr, void *ptr, size
 {
     stats_t *s = (stats_t *)mr;
     rankmem_resource_t *up = mr->upstream;
-    count_move(s, (size_t)0 - bytes, (size_t)0 - 1);
+    slot_t *t = slot_peek(s);
+    if (RK_UNLIKELY(!t))
+        return dealloc_slow(s, ptr, bytes, alignment, stream);
+    size_t cb = t->bytes.cur - bytes, cc = t->count.cur - 1;
+    /* A bound crossed (a flush due): the slow way, before any store. */
+    if (RK_UNLIKELY((ptrdiff_t)cb < t->bytes.lo || (ptrdiff_t)cc < t->count.lo))
+        return dealloc_slow(s, ptr, bytes, alignment, stream);
+    __atomic_store_n(&t->bytes.cur, cb, __ATOMIC_RELAXED);
+    __atomic_store_n(&t->count.cur, cc, __ATOMIC_RELAXED);
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
-        count_move(s, bytes, 1);
+        return refused(s, bytes, st);
     return st;
 }
 

@@ -2,6 +2,7 @@
 #include "tslot.h"
 
 #include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,6 +12,7 @@ struct rk_tslot_thread {
 };
 
 __thread rk_tslot_cache_t rk_tslot_cache[RK_TSLOT_CACHE] __attribute__((tls_model("initial-exec")));
+__thread rk_tslot_cache_t rk_tslot_mru[RK_TSLOT_MRU_N] __attribute__((tls_model("initial-exec")));
 static __thread rk_tslot_thread_t self;
 
 /* Guards slot ownership and the per-thread lists; taken only on slow paths. */
@@ -43,6 +45,7 @@ static void thread_exit(void *arg)
     pthread_mutex_unlock(&global_lock);
     /* A later call from another destructor of this thread must take the slow path again. */
     memset(rk_tslot_cache, 0, sizeof rk_tslot_cache);
+    memset(rk_tslot_mru, 0, sizeof rk_tslot_mru);
 }
 
 static void make_key(void) { key_ok = pthread_key_create(&exit_key, thread_exit) == 0; }
@@ -58,6 +61,7 @@ __attribute__((destructor)) static void tslot_unload(void)
 void rk_tslot_set_init(rk_tslot_set_t *set, size_t payload_size, rk_tslot_attach_fn attach)
 {
     set->id = __atomic_fetch_add(&next_id, 1, __ATOMIC_RELAXED);
+    set->way0 = rk_tslot_way(set->id, 0) * sizeof(rk_tslot_cache_t);
     set->payload_size = payload_size;
     set->attach = attach;
     set->head = NULL;
@@ -142,15 +146,19 @@ void rk_tslot_set_fini(rk_tslot_set_t *set, void (*fn)(void *payload, void *arg)
 
 /* ---- per-thread counters with a peak: see tslot.h ---- */
 
+/* Peaks are compared signed (tslot.h): the shared one starts at 0, so a
+ * negative value never enters it. */
 static void raise_peak(size_t *peak, size_t v)
 {
     size_t p = __atomic_load_n(peak, __ATOMIC_RELAXED);
-    while (v > p && !__atomic_compare_exchange_n(peak, &p, v, 1, __ATOMIC_RELAXED,
-                                                 __ATOMIC_RELAXED))
+    while ((ptrdiff_t)v > (ptrdiff_t)p &&
+           !__atomic_compare_exchange_n(peak, &p, v, 1, __ATOMIC_RELAXED, __ATOMIC_RELAXED))
         ;
 }
 
-void rk_tpeak_flush(rk_tpeak_t *g, rk_tpeak_local_t *l)
+static size_t max_signed(size_t a, size_t b) { return (ptrdiff_t)a > (ptrdiff_t)b ? a : b; }
+
+static void flush(rk_tpeak_t *g, rk_tpeak_local_t *l)
 {
     size_t cur = l->cur;
     size_t f = __atomic_add_fetch(&g->flushed, cur - l->base, __ATOMIC_RELAXED);
@@ -160,15 +168,41 @@ void rk_tpeak_flush(rk_tpeak_t *g, rk_tpeak_local_t *l)
     raise_peak(&g->peak, f);
 }
 
-void rk_tpeak_rebase(rk_tpeak_t *g, rk_tpeak_local_t *l, unsigned epoch)
+/* Any call with cur outside (lo, hi] reaches here; only then do the
+ * bounds move, so a slot that is not flushed keeps its bounds. */
+static void set_bounds(rk_tpeak_local_t *l, size_t slack)
 {
-    /* The slot's `seen` may date from before the reset, when the others
-     * held more: flushing refreshes it, so the estimates that follow stay
-     * within the bound of the values since the reset. */
-    rk_tpeak_flush(g, l);
-    __atomic_store_n(&l->lpeak, l->seen, __ATOMIC_RELAXED);
-    /* A query that sees the new epoch sees this peak too. */
-    __atomic_store_n(&l->epoch, epoch, __ATOMIC_RELEASE);
+    ptrdiff_t base = (ptrdiff_t)l->base, s = (ptrdiff_t)slack - 1;
+    ptrdiff_t due = base + s, top = (ptrdiff_t)(l->lpeak - l->off);
+    l->lo = base - s;
+    /* Against a reset's store of PTRDIFF_MIN (rk_tpeak_reset), both sides
+     * sequentially consistent: either this store comes first, and the
+     * reset's overwrites it, or the epoch loaded next is the new one. */
+    __atomic_store_n(&l->hi, top < due ? top : due, __ATOMIC_SEQ_CST);
+}
+
+void rk_tpeak_slow(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t slack)
+{
+    size_t d = l->cur - l->base;
+    if (d + (slack - 1) > 2 * (slack - 1)) /* |d| >= slack, two's complement */
+        flush(g, l);
+    size_t est = l->cur + l->off;
+    if ((ptrdiff_t)est > (ptrdiff_t)l->lpeak)
+        __atomic_store_n(&l->lpeak, est, __ATOMIC_RELAXED);
+    for (;;) {
+        set_bounds(l, slack);
+        unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_SEQ_CST);
+        if (e == l->epoch)
+            return;
+        /* The first update since a reset. The slot's `seen` may date from
+         * before it, when the others held more: flushing refreshes it, so
+         * the estimates that follow stay within the bound of the values
+         * since the reset. */
+        flush(g, l);
+        __atomic_store_n(&l->lpeak, l->seen, __ATOMIC_RELAXED);
+        /* A query that sees the new epoch sees this peak too. */
+        __atomic_store_n(&l->epoch, e, __ATOMIC_RELEASE);
+    }
 }
 
 void rk_tpeak_add_shared(rk_tpeak_t *g, size_t d)
@@ -199,36 +233,41 @@ size_t rk_tpeak_peak(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off)
         rk_tpeak_local_t *l = local_at(t, off);
         sum += __atomic_load_n(&l->cur, __ATOMIC_RELAXED);
         if (__atomic_load_n(&l->epoch, __ATOMIC_ACQUIRE) == e) {
-            size_t p = __atomic_load_n(&l->lpeak, __ATOMIC_RELAXED);
-            if (p > peak)
-                peak = p;
+            peak = max_signed(peak, __atomic_load_n(&l->lpeak, __ATOMIC_RELAXED));
         }
     }
     /* Not recorded into the shared peak: read while threads run, the sum
      * may be a value that never was (one slot read before a transfer to
      * another thread, that one after), and would then stay. */
-    return peak > sum ? peak : sum;
+    return max_signed(peak, sum);
 }
 
 size_t rk_tpeak_reset(rk_tpeak_t *g, const rk_tslot_set_t *set, size_t off,
                       rk_tpeak_local_t *self)
 {
     if (self)
-        rk_tpeak_flush(g, self);
+        flush(g, self);
     unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_RELAXED) + 1;
     if (e == 0) /* 0 is where new slots start */
         e = 1;
-    __atomic_store_n(&g->epoch, e, __ATOMIC_RELEASE);
+    __atomic_store_n(&g->epoch, e, __ATOMIC_SEQ_CST);
     if (self) { /* its next increase needs no rebase */
         __atomic_store_n(&self->lpeak, self->seen, __ATOMIC_RELAXED);
         __atomic_store_n(&self->epoch, e, __ATOMIC_RELEASE);
+        /* Its base moved: its next decrease sets the bounds again (and its
+         * next increase, below). */
+        self->lo = (ptrdiff_t)self->cur;
     }
+    /* Every slot's next increase takes the slow path, which sees the new
+     * epoch (set_bounds says why this is enough). */
+    for (rk_tslot_t *t = rk_tslot_first(set); t; t = t->next)
+        __atomic_store_n(&local_at(t, off)->hi, PTRDIFF_MIN, __ATOMIC_SEQ_CST);
     size_t cur = rk_tpeak_current(g, set, off);
     /* Flushed may exceed the current by what the others have freed and not
      * flushed (within the bound): keeping it makes every later true value
      * less than the peak plus the bound. */
     size_t f = __atomic_load_n(&g->flushed, __ATOMIC_RELAXED);
-    __atomic_store_n(&g->peak, f > cur ? f : cur, __ATOMIC_RELAXED);
+    __atomic_store_n(&g->peak, max_signed(max_signed(f, cur), 0), __ATOMIC_RELAXED);
     return cur;
 }
 

@@ -20,6 +20,7 @@
 
 #include "internal.h"
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct rk_tslot rk_tslot_t;
@@ -43,6 +44,7 @@ typedef void (*rk_tslot_attach_fn)(rk_tslot_set_t *set, void *payload, int fresh
 
 struct rk_tslot_set {
     uint64_t id;         /* 0 for a set not initialised */
+    size_t way0;         /* byte offset of the set's primary cache entry: no arithmetic per call */
     size_t payload_size;
     rk_tslot_attach_fn attach;
     rk_tslot_t *head;    /* atomic: pushed under the global lock, read with acquire */
@@ -64,6 +66,14 @@ typedef struct rk_tslot_cache {
 extern __thread rk_tslot_cache_t rk_tslot_cache[RK_TSLOT_CACHE]
     __attribute__((tls_model("initial-exec"))) RK_HIDDEN;
 
+/* One more entry per hot user, for the set it used last: a fixed
+ * %fs-relative address, so a hit is one compare and one load. Cleared with
+ * the cache when the thread exits (its slots are orphaned then). The user
+ * keeps it (see stats.c); a miss falls back to rk_tslot_get. */
+enum { RK_TSLOT_MRU_STATS, RK_TSLOT_MRU_N };
+extern __thread rk_tslot_cache_t rk_tslot_mru[RK_TSLOT_MRU_N]
+    __attribute__((tls_model("initial-exec"))) RK_HIDDEN;
+
 RK_HIDDEN void rk_tslot_set_init(rk_tslot_set_t *set, size_t payload_size,
                                  rk_tslot_attach_fn attach);
 /* Frees every slot, calling fn (may be NULL) on each payload first. No thread
@@ -71,22 +81,33 @@ RK_HIDDEN void rk_tslot_set_init(rk_tslot_set_t *set, size_t payload_size,
 RK_HIDDEN void rk_tslot_set_fini(rk_tslot_set_t *set, void (*fn)(void *payload, void *arg),
                                  void *arg);
 /* NULL when a new slot cannot be allocated. */
-RK_HIDDEN void *rk_tslot_get_slow(rk_tslot_set_t *set);
+RK_HIDDEN void *rk_tslot_get_slow(rk_tslot_set_t *set) __attribute__((cold));
 
 static inline size_t rk_tslot_way(uint64_t id, int second)
 {
     return (size_t)(id % RK_TSLOT_CACHE) ^ (second ? RK_TSLOT_CACHE / 2 : 0);
 }
 
-static inline void *rk_tslot_get(rk_tslot_set_t *set)
+/* The cached payload, or NULL on a miss (then rk_tslot_get_slow). No call:
+ * a caller whose fast path makes none keeps its registers free. */
+static inline __attribute__((always_inline)) void *rk_tslot_peek(const rk_tslot_set_t *set)
 {
-    rk_tslot_cache_t *c = &rk_tslot_cache[rk_tslot_way(set->id, 0)];
-    if (RK_LIKELY(c->id == set->id))
-        return c->payload;
-    c = &rk_tslot_cache[rk_tslot_way(set->id, 1)];
-    if (RK_LIKELY(c->id == set->id))
-        return c->payload;
-    return rk_tslot_get_slow(set);
+    uint64_t id = set->id;
+    rk_tslot_cache_t *c = (rk_tslot_cache_t *)((char *)rk_tslot_cache + set->way0);
+    if (RK_LIKELY(c->id == id)) {
+        void *p = c->payload;
+        if (!p) /* never: an entry with a set's id has its payload */
+            __builtin_unreachable();
+        return p;
+    }
+    c = &rk_tslot_cache[rk_tslot_way(id, 1)];
+    return RK_LIKELY(c->id == id) ? c->payload : NULL;
+}
+
+static inline __attribute__((always_inline)) void *rk_tslot_get(rk_tslot_set_t *set)
+{
+    void *p = rk_tslot_peek(set);
+    return RK_LIKELY(p != NULL) ? p : rk_tslot_get_slow(set);
 }
 
 /* Walk every slot of a set (those of exited threads included):
@@ -121,10 +142,12 @@ static inline void *rk_tslot_payload(rk_tslot_t *t) { return (char *)t + RK_TSLO
  * and so is the peak.
  *
  * A reset (a scope push) bumps the epoch: slots' peaks of an older epoch
- * are ignored, and each thread, at its next increase, flushes (so that
- * its `seen` is a value from after the reset) and restarts its own. */
+ * are ignored. It also lowers every slot's bound `hi`, so that each
+ * thread, at its next increase, takes the slow path, which sees the new
+ * epoch, flushes (so that its `seen` is a value from after the reset) and
+ * restarts its own peak: the fast path never reads the epoch. */
 typedef struct rk_tpeak {
-    /* Read on every increase, written only by resets. */
+    /* Read by slow paths and queries, written only by resets. */
     unsigned epoch;  /* atomic: bumped by each reset */
     /* Written by flushes: a line of their own. */
     size_t flushed __attribute__((aligned(64))); /* atomic: every flush, summed */
@@ -134,56 +157,59 @@ typedef struct rk_tpeak {
 
 typedef struct rk_tpeak_local {
     size_t cur;      /* atomic (single writer): this thread's net change, two's complement */
-    size_t lpeak;    /* atomic (single writer): the largest estimate in epoch `epoch` */
+    /* The fast path's bounds, signed: an increase that takes cur above hi
+     * (a flush due, or an estimate above lpeak) or a decrease that takes it
+     * below lo (a flush due) goes to rk_tpeak_slow. So an update is a store
+     * and a compare; with one thread and a pair below its peak, nothing
+     * else. hi is atomic: a reset lowers every slot's to PTRDIFF_MIN, so
+     * that the next increase restarts the slot's peak (no epoch to compare
+     * on the fast path); lo is the owner's only. */
+    ptrdiff_t hi, lo;
     unsigned epoch;  /* atomic (single writer) */
+    size_t lpeak;    /* atomic (single writer): the largest estimate in epoch `epoch`, signed */
     size_t base;     /* cur at the last flush (the slot's thread only) */
     size_t seen;     /* flushed just after the last flush (the slot's thread only) */
     size_t off;      /* seen - base: the estimate is cur + off (the slot's thread only) */
 } rk_tpeak_local_t;
 
 /* The slack is the caller's compile-time constant, the same on every
- * update of a counter (its due test then folds into one compare). */
+ * update of a counter. Values and estimates are compared signed: a thread
+ * that frees what others allocated has a negative change, and the flushed
+ * sum itself may be below zero for a while (others hold the allocations
+ * unflushed); a negative estimate must not read as a huge peak. */
 static inline void rk_tpeak_init(rk_tpeak_t *g)
 {
     g->epoch = 1; /* slots start at 0: their first increase takes the slow path */
     g->flushed = g->peak = g->spill = 0;
 }
 
-/* The rare parts of an update: publish this thread's change; and, first
- * increase after a reset, also restart the slot's peak. */
-RK_HIDDEN void rk_tpeak_flush(rk_tpeak_t *g, rk_tpeak_local_t *l);
-RK_HIDDEN void rk_tpeak_rebase(rk_tpeak_t *g, rk_tpeak_local_t *l, unsigned epoch);
-
-/* Whether |d| (two's complement) >= slack (>= 1), in one compare. */
-static inline int rk_tpeak_due(size_t d, size_t slack)
-{
-    return d + (slack - 1) > 2 * (slack - 1);
-}
+/* The rare part of an update (noinline, cold): the first increase after a
+ * reset restarts the slot's peak; a change of slack either way since the
+ * last flush is published; the slot's peak is raised; the bounds are set
+ * again. Harmless when nothing is due. */
+RK_HIDDEN void rk_tpeak_slow(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t slack)
+    __attribute__((noinline, cold));
 
 /* An increase by d, from the thread that owns slot l. */
-static inline void rk_tpeak_add(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d, size_t slack)
+static inline __attribute__((always_inline)) void rk_tpeak_add(rk_tpeak_t *g,
+                                                                rk_tpeak_local_t *l, size_t d,
+                                                                size_t slack)
 {
     size_t cur = l->cur + d;
     __atomic_store_n(&l->cur, cur, __ATOMIC_RELAXED);
-    unsigned e = __atomic_load_n(&g->epoch, __ATOMIC_RELAXED);
-    if (RK_UNLIKELY(e != l->epoch)) {
-        rk_tpeak_rebase(g, l, e);
-        return;
-    }
-    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, slack)))
-        rk_tpeak_flush(g, l);
-    size_t est = cur + l->off;
-    if (est > l->lpeak)
-        __atomic_store_n(&l->lpeak, est, __ATOMIC_RELAXED);
+    if (RK_UNLIKELY((ptrdiff_t)cur > __atomic_load_n(&l->hi, __ATOMIC_RELAXED)))
+        rk_tpeak_slow(g, l, slack);
 }
 
 /* A decrease by d (no peak to raise). */
-static inline void rk_tpeak_sub(rk_tpeak_t *g, rk_tpeak_local_t *l, size_t d, size_t slack)
+static inline __attribute__((always_inline)) void rk_tpeak_sub(rk_tpeak_t *g,
+                                                                rk_tpeak_local_t *l, size_t d,
+                                                                size_t slack)
 {
     size_t cur = l->cur - d;
     __atomic_store_n(&l->cur, cur, __ATOMIC_RELAXED);
-    if (RK_UNLIKELY(rk_tpeak_due(cur - l->base, slack)))
-        rk_tpeak_flush(g, l);
+    if (RK_UNLIKELY((ptrdiff_t)cur < l->lo))
+        rk_tpeak_slow(g, l, slack);
 }
 
 /* For a thread without a slot (none could be allocated): straight to the

@@ -622,6 +622,129 @@ static void one_thread_exact(void)
     rankmem_resource_release(sys);
 }
 
+/* Frees of what other threads allocated: a thread's change goes below
+ * zero, and so may the flushed sum, while the allocating threads hold
+ * theirs unflushed. A negative estimate must not read as a huge peak.
+ * Three threads, in turn (a barrier between steps): A allocates x, B frees
+ * it, C allocates y, B frees it (B flushes -(x + y): the sum is negative),
+ * B allocates z. */
+typedef struct {
+    rankmem_resource_t *mr;
+    pthread_barrier_t *bar;
+    int who; /* 0 A, 1 B, 2 C */
+} cross_t;
+
+#define CROSS_X (SLACK_BYTES - (1u << 20)) /* 7 MiB: alone, below the slack */
+#define CROSS_Y ((size_t)2 << 20)
+#define CROSS_Z ((size_t)1024)
+static void *cross_x, *cross_y, *cross_z;
+
+static void *cross_step(void *arg)
+{
+    cross_t *c = arg;
+    /* First a small pair each: a thread's first increase publishes its
+     * change, and the steps below must not. */
+    dealloc(c->mr, alloc(c->mr, CROSS_Z), CROSS_Z);
+    pthread_barrier_wait(c->bar);
+    for (int step = 0; step < 5; step++) {
+        if (step == 0 && c->who == 0)
+            cross_x = alloc(c->mr, CROSS_X);
+        if (step == 1 && c->who == 1)
+            dealloc(c->mr, cross_x, CROSS_X);
+        if (step == 2 && c->who == 2)
+            cross_y = alloc(c->mr, CROSS_Y);
+        if (step == 3 && c->who == 1)
+            dealloc(c->mr, cross_y, CROSS_Y);
+        if (step == 4 && c->who == 1)
+            cross_z = alloc(c->mr, CROSS_Z);
+        pthread_barrier_wait(c->bar);
+    }
+    return NULL;
+}
+
+static void cross_thread_frees(void)
+{
+    rankmem_resource_t *sys, *st;
+    rankmem_system_create(&sys);
+    rankmem_stats_create(sys, &st);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 3);
+    pthread_t th[3];
+    cross_t c[3];
+    for (int i = 0; i < 3; i++) {
+        c[i] = (cross_t){st, &bar, i};
+        pthread_create(&th[i], NULL, cross_step, &c[i]);
+    }
+    for (int i = 0; i < 3; i++)
+        pthread_join(th[i], NULL);
+    pthread_barrier_destroy(&bar);
+    rankmem_stats_t s = get(st);
+    /* The true peak is x (y came after x was freed); the bound is 3 slacks. */
+    ok(s.bytes_current == CROSS_Z && s.bytes_peak >= CROSS_X &&
+           s.bytes_peak <= CROSS_X + 3 * SLACK_BYTES,
+       "frees from other threads: current exact, peak within the bound (%zu, %zu)",
+       s.bytes_current, s.bytes_peak);
+    ok(s.count_current == 1 && s.count_peak <= 2 + 3 * SLACK_COUNT && s.count_total == 6,
+       "frees from other threads: counts (%zu, %zu, %zu)", s.count_current, s.count_peak,
+       s.count_total);
+    dealloc(st, cross_z, CROSS_Z);
+    rankmem_resource_release(st);
+    rankmem_resource_release(sys);
+}
+
+/* A scope pushed by one thread while another allocates: the push must
+ * restart the other thread's own peak (rk_tpeak_reset lowers its bound),
+ * so that a pair inside the scope, smaller than what the thread reached
+ * before, still shows as the scope's peak. One allocating thread, whose
+ * unpublished change is 0 at the push: exact. */
+typedef struct {
+    rankmem_resource_t *mr;
+    pthread_barrier_t *bar;
+} scoped_t;
+
+static void *scoped_worker(void *arg)
+{
+    scoped_t *w = arg;
+    /* A 1-byte pair first: the thread's first increase publishes its change
+     * (then 1 byte), and the shared sum the push keeps is 1, not 2 MiB. */
+    dealloc(w->mr, alloc(w->mr, 1), 1);
+    dealloc(w->mr, alloc(w->mr, (size_t)2 << 20), (size_t)2 << 20);
+    pthread_barrier_wait(w->bar); /* the main thread pushes */
+    pthread_barrier_wait(w->bar);
+    dealloc(w->mr, alloc(w->mr, (size_t)1 << 20), (size_t)1 << 20);
+    pthread_barrier_wait(w->bar); /* the main thread pops */
+    return NULL;
+}
+
+static void scope_from_another_thread(void)
+{
+    rankmem_resource_t *sys, *st;
+    rankmem_system_create(&sys);
+    rankmem_stats_create(sys, &st);
+    pthread_barrier_t bar;
+    pthread_barrier_init(&bar, NULL, 2);
+    scoped_t w = {st, &bar};
+    pthread_t th;
+    pthread_create(&th, NULL, scoped_worker, &w);
+    pthread_barrier_wait(&bar);
+    rankmem_stats_push(st);
+    pthread_barrier_wait(&bar);
+    pthread_barrier_wait(&bar);
+    rankmem_stats_t sc;
+    sc.size = sizeof sc;
+    rankmem_stats_pop(st, &sc);
+    pthread_join(th, NULL);
+    pthread_barrier_destroy(&bar);
+    ok(sc.bytes_peak == (size_t)1 << 20 && sc.count_peak == 1 && sc.bytes_total == (size_t)1 << 20,
+       "a scope pushed from another thread: the allocating thread's peak restarts (%zu, %zu)",
+       sc.bytes_peak, sc.count_peak);
+    rankmem_stats_t s = get(st);
+    ok(s.bytes_peak == (size_t)2 << 20, "and the peak since creation is kept (%zu)",
+       s.bytes_peak);
+    rankmem_resource_release(st);
+    rankmem_resource_release(sys);
+}
+
 int main(void)
 {
     over_counting();
@@ -646,6 +769,8 @@ int main(void)
     threads_come_and_go();
     stacked();
     one_thread_exact();
+    cross_thread_frees();
+    scope_from_another_thread();
     {
         rankmem_resource_t *sys, *pool;
         rankmem_system_create(&sys);
