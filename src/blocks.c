@@ -2,19 +2,66 @@
 #define _GNU_SOURCE
 #include "blocks.h"
 
+#include <pthread.h>
+#include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
 
 #define SLAB_BYTES ((size_t)16 << 10) /* descriptors come 16 KiB at a time */
 
 __thread unsigned rk_thread_slot __attribute__((tls_model("initial-exec")));
-static unsigned next_thread_slot;
+
+/* Thread slots are recycled: a thread takes the lowest free one and gives
+ * it back when it exits. Runtimes create threads anew (libgomp makes a new
+ * team when a smaller one grows again), and a slot counter that only grew
+ * would put two live threads in one shard after 32 threads had come and
+ * gone; with different streams they would then pass memory back and forth
+ * through events on every pair. Lowest free first: n live threads use the
+ * first n shards, distinct up to RK_NSHARDS. */
+#define SLOT_WORDS 64 /* 4096 recycled slots; later threads share by counter */
+static pthread_mutex_t slot_lock = PTHREAD_MUTEX_INITIALIZER;
+static uint64_t slot_used[SLOT_WORDS];
+static unsigned overflow_slot = SLOT_WORDS * 64;
+static pthread_once_t slot_once = PTHREAD_ONCE_INIT;
+static pthread_key_t slot_key;
+static int slot_key_ok;
+
+static void slot_exit(void *arg)
+{
+    unsigned s = (unsigned)(uintptr_t)arg - 1;
+    pthread_mutex_lock(&slot_lock);
+    slot_used[s / 64] &= ~((uint64_t)1 << (s % 64));
+    pthread_mutex_unlock(&slot_lock);
+    rk_thread_slot = 0; /* a later call from another destructor takes a new one */
+}
+
+static void slot_make_key(void) { slot_key_ok = pthread_key_create(&slot_key, slot_exit) == 0; }
+
+/* If the library is unloaded, exiting threads must not call into unmapped code. */
+__attribute__((destructor)) static void slot_unload(void)
+{
+    if (slot_key_ok)
+        pthread_key_delete(slot_key);
+    slot_key_ok = 0;
+}
 
 unsigned rk_thread_slot_assign(void)
 {
-    unsigned s = __atomic_add_fetch(&next_thread_slot, 1, __ATOMIC_RELAXED);
-    if (s == 0) /* after 2^32 threads: 0 means "none yet" */
-        s = __atomic_add_fetch(&next_thread_slot, 1, __ATOMIC_RELAXED);
+    pthread_once(&slot_once, slot_make_key);
+    unsigned s = 0;
+    pthread_mutex_lock(&slot_lock);
+    for (unsigned w = 0; w < SLOT_WORDS && !s; w++)
+        if (~slot_used[w]) {
+            unsigned b = (unsigned)__builtin_ctzll(~slot_used[w]);
+            slot_used[w] |= (uint64_t)1 << b;
+            s = w * 64 + b + 1;
+        }
+    pthread_mutex_unlock(&slot_lock);
+    /* Without the exit hook the slot stays taken: correct, only not reused. */
+    if (s && slot_key_ok)
+        (void)pthread_setspecific(slot_key, (void *)(uintptr_t)s);
+    if (!s) /* more than 4096 threads alive at once */
+        s = __atomic_add_fetch(&overflow_slot, 1, __ATOMIC_RELAXED);
     return rk_thread_slot = s;
 }
 

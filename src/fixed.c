@@ -50,6 +50,7 @@
 #include "internal.h"
 #include "fixed.h"
 #include "bias.h"
+#include "blocks.h"
 #include "config_internal.h"
 
 #include <limits.h>
@@ -156,15 +157,13 @@ static const rankmem_resource_ops_t fixed_ops;
 
 /* ---- threads and shards ---- */
 
-static unsigned next_thread_slot;
-static __thread unsigned thread_slot __attribute__((tls_model("initial-exec"))) = UINT_MAX;
-
+/* The thread slots of blocks.h: recycled, so live threads keep distinct shards. */
 static inline shard_t *my_shard(fixed_t *f)
 {
-    unsigned s = thread_slot;
-    if (RK_UNLIKELY(s == UINT_MAX))
-        s = thread_slot = __atomic_fetch_add(&next_thread_slot, 1, __ATOMIC_RELAXED);
-    return &f->shards[s & (NSHARDS - 1)];
+    unsigned s = rk_thread_slot;
+    if (RK_UNLIKELY(s == 0))
+        s = rk_thread_slot_assign();
+    return &f->shards[(s - 1) & (NSHARDS - 1)];
 }
 
 static inline void shard_lock(shard_t *sh)
