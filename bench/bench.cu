@@ -384,6 +384,7 @@ struct Options {
     bool cuda_malloc = true;
     int repeats = 5;
     const char *out = nullptr;
+    std::vector<std::string> only; /* --only: rows whose name contains one of these */
 };
 
 struct Candidate {
@@ -723,7 +724,7 @@ std::string report(const RunInfo &info, const std::vector<Row> &rows, const Work
 void usage(FILE *f)
 {
     fputs("usage: rankmem-bench [--quick] [--out FILE] [--repeats N] [--max-size BYTES] [--no-cub]\n"
-          "                     [--no-malloc]\n"
+          "                     [--no-malloc] [--only TEXT]...\n"
           "  Times allocate+free on the GPU for rankmem's pool, cudaMalloc,\n"
           "  cudaMallocAsync and CUB's caching allocator; prints a Markdown report.\n"
           "  --quick      fewer pairs and repeats: a smoke test, not a result\n"
@@ -732,6 +733,8 @@ void usage(FILE *f)
           "  --max-size BYTES  largest request (default 4194304; 65536 for small sizes)\n"
           "  --no-cub     skip CUB's CachingDeviceAllocator\n"
           "  --no-malloc  skip cudaMalloc/cudaFree (the slowest)\n"
+          "  --only TEXT  only the rows whose name contains TEXT (repeatable; the loop-only row\n"
+          "               stays): a focused run, not a full report\n"
           "Exit status: 0 done, 1 error, 2 bad usage, 77 no GPU.\n",
           f);
 }
@@ -751,6 +754,8 @@ Options parse(int argc, char **argv)
                 exit(2);
             }
             kMaxBytes = (size_t)n;
+        } else if (!strcmp(a, "--only") && i + 1 < argc) {
+            o.only.push_back(argv[++i]);
         } else if (!strcmp(a, "--no-cub")) {
             o.cub = false;
         } else if (!strcmp(a, "--no-malloc")) {
@@ -980,6 +985,17 @@ int main(int argc, char **argv)
                      [] { return std::unique_ptr<Allocator>(new NullAllocator); }, kMaxThreads,
                      true});
 
+    if (!opt.only.empty()) {
+        std::vector<Candidate> kept;
+        for (const Candidate &c : cands) {
+            bool keep = c.baseline;
+            for (const std::string &t : opt.only)
+                keep = keep || c.name.find(t) != std::string::npos;
+            if (keep)
+                kept.push_back(c);
+        }
+        cands.swap(kept);
+    }
     progress("%s, %zu allocators, %d repeats%s", info.device.c_str(), cands.size(), opt.repeats,
              opt.quick ? " (--quick: a smoke test, not a result)" : "");
     /* The first allocator measured used to pay for the process warming up
