@@ -665,19 +665,19 @@ static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
     return st;
 }
 
-/* Before a backed pool grows by need bytes (no shard lock held): when the
- * mapped bytes would pass the budget, give back what is wholly free first.
- * The budget follows the peak of the live bytes, the request included;
- * summing the shards' live bytes needs every lock, so that is done only
- * when the last known peak does not already allow the growth. */
-static void backed_before_grow(pool_t *p, size_t need)
+/* Whether growing a backed pool by need bytes (no shard lock held) would
+ * put its mapped bytes past the budget. The budget follows the peak of the
+ * live bytes, the request included; summing the shards' live bytes needs
+ * every lock, so that is done only when the last known peak does not
+ * already allow the growth. */
+static int backed_over_budget(pool_t *p, size_t need)
 {
     size_t add = rk_align_up(need, p->backing->granule);
     pthread_mutex_lock(&p->grow_lock);
     int fits = p->held + add <= backed_budget(p);
     pthread_mutex_unlock(&p->grow_lock);
     if (fits)
-        return;
+        return 0;
     lock_all(p);
     pthread_mutex_lock(&p->grow_lock);
     size_t live = 0;
@@ -685,6 +685,19 @@ static void backed_before_grow(pool_t *p, size_t need)
         live += p->shards[i].used;
     if (live + need > p->live_high)
         p->live_high = live + need;
+    fits = p->held + add <= backed_budget(p);
+    pthread_mutex_unlock(&p->grow_lock);
+    unlock_all(p);
+    return !fits;
+}
+
+/* Give back wholly free granules until growing by need bytes stays within
+ * the budget (or nothing wholly free is left). No shard lock held. */
+static void backed_make_room(pool_t *p, size_t need)
+{
+    size_t add = rk_align_up(need, p->backing->granule);
+    lock_all(p);
+    pthread_mutex_lock(&p->grow_lock);
     size_t budget = backed_budget(p);
     if (p->held + add > budget)
         (void)give_back_locked(p, budget > add ? budget - add : 0); /* a failure only costs room */
@@ -853,9 +866,21 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
          * had no room for this request, and held beside the new chunk they
          * would only raise the peak reserved (traces in docs/replay.md). */
         pthread_mutex_unlock(&sh->lock);
-        if (p->backing)
-            backed_before_grow(p, bytes + alignment - UNIT);
-        else if (bytes + alignment - UNIT <= p->maximum) /* else growing cannot help */
+        if (p->backing) {
+            if (backed_over_budget(p, bytes + alignment - UNIT)) {
+                /* Over budget: first every free block coalesced, across
+                 * shards and growths (the request may fit then, mapping
+                 * nothing), then wholly free granules given back before
+                 * mapping new ones. */
+                defragment(p, sh, stream);
+                pthread_mutex_lock(&sh->lock);
+                s = list_for(sh, stream, 1);
+                if (s && (b = list_find(s, bytes, alignment)) != NULL)
+                    break;
+                pthread_mutex_unlock(&sh->lock);
+                backed_make_room(p, bytes + alignment - UNIT);
+            }
+        } else if (bytes + alignment - UNIT <= p->maximum) /* else growing cannot help */
             (void)pool_trim(&p->base, p->initial);
         st = grow(p, stream, bytes + alignment - UNIT, 0, &ptr, &size);
         if (st != RANKMEM_SUCCESS && p->backing) {
