@@ -40,7 +40,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "config_internal.h"
-#include "ptrmap.h"
+#include "blocks.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -49,9 +49,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define NSHARDS 32  /* a power of two */
+#define NSHARDS RK_NSHARDS
 #define MAX_BINS 64 /* growth >= 2 and growth^max_bin < 2^64: at most 64 bins */
-#define DESC_SLAB 128
 #define NOT_CACHED UINT_MAX
 #define ALIGN_SCAN 8 /* cached blocks examined for a request of a larger alignment */
 
@@ -73,26 +72,13 @@ struct blk {
 };
 
 typedef struct slist {
-    rankmem_stream_t stream;
-    void *event;     /* recorded on stream when another stream takes one of its blocks */
+    rk_slist_t h;    /* stream, and its event */
     uint64_t bitmap; /* bins with a block */
     blk_t *heads[];  /* one LIFO list per bin (nbins) */
 } slist_t;
 
-typedef struct desc_slab {
-    struct desc_slab *next;
-    blk_t d[DESC_SLAB];
-} desc_slab_t;
-
 typedef struct shard {
-    pthread_mutex_t lock;
-    slist_t **lists;
-    size_t nlists, cap_lists;
-    slist_t *hint; /* the list used last: consecutive calls mostly use one stream */
-    rk_ptrmap_t live_map;
-    blk_t *spare;
-    desc_slab_t *slabs;
-    size_t used, used_high, live;
+    rk_shard_t g;           /* blocks.h: lock, stream lists, live map, descriptors */
     size_t cached, ncached; /* bytes and blocks in this shard's cache */
     size_t budget;          /* cap bytes this shard may cache (>= cached) */
     unsigned bincount[MAX_BINS];
@@ -145,23 +131,9 @@ static inline unsigned bin_of(const caching_t *c, size_t bytes)
 
 /* ---- shards ---- */
 
-static unsigned next_thread_slot;
-/* initial-exec: a plain %fs-relative load, not a __tls_get_addr call per request. */
-static _Thread_local unsigned thread_slot __attribute__((tls_model("initial-exec"))) = UINT_MAX;
-
 static inline shard_t *my_shard(caching_t *c)
 {
-    unsigned s = thread_slot;
-    if (RK_UNLIKELY(s == UINT_MAX))
-        s = thread_slot = __atomic_fetch_add(&next_thread_slot, 1, __ATOMIC_RELAXED);
-    return &c->shards[s & (NSHARDS - 1)];
-}
-
-static inline rankmem_status_t shard_ready(shard_t *sh)
-{
-    if (RK_LIKELY(sh->live_map.slots != NULL))
-        return RANKMEM_SUCCESS;
-    return rk_ptrmap_init(&sh->live_map, 256);
+    return &c->shards[rk_shard_index()];
 }
 
 static inline void publish_slack(const caching_t *c, shard_t *sh)
@@ -170,63 +142,19 @@ static inline void publish_slack(const caching_t *c, shard_t *sh)
         __atomic_store_n(&sh->slack, sh->budget - sh->cached, __ATOMIC_RELAXED);
 }
 
-static blk_t *desc_new(shard_t *sh)
-{
-    if (RK_UNLIKELY(!sh->spare)) {
-        desc_slab_t *s = malloc(sizeof *s);
-        if (!s)
-            return NULL;
-        s->next = sh->slabs;
-        sh->slabs = s;
-        for (int i = 0; i < DESC_SLAB; i++) {
-            s->d[i].next = sh->spare;
-            sh->spare = &s->d[i];
-        }
-    }
-    blk_t *b = sh->spare;
-    sh->spare = b->next;
-    return b;
-}
-
-/* Descriptors may move between shards (a block taken from another shard's
- * cache): every slab is freed at finalize, whichever spare chain holds it. */
-static inline void desc_free(shard_t *sh, blk_t *b)
-{
-    b->next = sh->spare;
-    sh->spare = b;
-}
-
 /* ---- stream lists ---- */
 
-static slist_t *list_for(const caching_t *c, shard_t *sh, rankmem_stream_t stream, int create)
+static inline slist_t *list_for(const caching_t *c, shard_t *sh, rankmem_stream_t stream,
+                                int create)
 {
-    if (RK_LIKELY(sh->hint != NULL && sh->hint->stream == stream))
-        return sh->hint;
-    for (size_t i = 0; i < sh->nlists; i++)
-        if (sh->lists[i]->stream == stream)
-            return sh->hint = sh->lists[i];
-    if (!create)
-        return NULL;
-    if (sh->nlists == sh->cap_lists) {
-        size_t cap = sh->cap_lists ? sh->cap_lists * 2 : 8;
-        slist_t **l = realloc(sh->lists, cap * sizeof *l);
-        if (!l)
-            return NULL;
-        sh->lists = l;
-        sh->cap_lists = cap;
-    }
-    slist_t *l = calloc(1, sizeof *l + c->nbins * sizeof(blk_t *));
-    if (!l)
-        return NULL;
-    l->stream = stream;
-    sh->lists[sh->nlists++] = l;
-    return sh->hint = l;
+    size_t size = create ? sizeof(slist_t) + c->nbins * sizeof(blk_t *) : 0;
+    return (slist_t *)rk_list_for(&sh->g, stream, size);
 }
 
 static inline void cache_push(const caching_t *c, shard_t *sh, slist_t *l, blk_t *b)
 {
     unsigned i = b->bin;
-    b->stream = l->stream;
+    b->stream = l->h.stream;
     b->next = l->heads[i];
     l->heads[i] = b;
     l->bitmap |= 1ull << i;
@@ -276,12 +204,12 @@ static blk_t *take_in_shard(const caching_t *c, shard_t *sh, rankmem_stream_t st
     slist_t *s = list_for(c, sh, stream, 0);
     if (RK_LIKELY(s != NULL && (s->bitmap & bit)) && (pp = cache_find(s, i, alignment)) != NULL)
         return cache_unlink(c, sh, s, i, pp);
-    for (size_t k = 0; k < sh->nlists; k++) {
-        slist_t *t = sh->lists[k];
+    for (size_t k = 0; k < sh->g.nlists; k++) {
+        slist_t *t = (slist_t *)sh->g.lists[k];
         if (t == s || !(t->bitmap & bit) || !(pp = cache_find(t, i, alignment)))
             continue;
         /* A stream that cannot be waited for (destroyed behind our back) keeps its blocks. */
-        if (c->use_events && rk_gpu_stream_wait(stream, t->stream, &t->event) != RANKMEM_SUCCESS)
+        if (c->use_events && rk_gpu_stream_wait(stream, t->h.stream, &t->h.event) != RANKMEM_SUCCESS)
             continue;
         return cache_unlink(c, sh, t, i, pp);
     }
@@ -298,9 +226,9 @@ static blk_t *take_elsewhere(const caching_t *c, shard_t *mine, rankmem_stream_t
         shard_t *d = &c->shards[(start + n) & (NSHARDS - 1)];
         if (!(__atomic_load_n(&d->avail, __ATOMIC_RELAXED) & bit))
             continue;
-        pthread_mutex_lock(&d->lock);
+        rk_shard_lock(&d->g);
         blk_t *b = take_in_shard(c, d, stream, i, alignment);
-        pthread_mutex_unlock(&d->lock);
+        rk_shard_unlock(&d->g);
         if (b)
             return b;
     }
@@ -336,11 +264,11 @@ static size_t budget_steal(caching_t *c, shard_t *mine, size_t need)
         shard_t *q = &c->shards[k];
         if (q == mine || !__atomic_load_n(&q->slack, __ATOMIC_RELAXED))
             continue;
-        pthread_mutex_lock(&q->lock);
+        rk_shard_lock(&q->g);
         got += q->budget - q->cached;
         q->budget = q->cached;
         publish_slack(c, q);
-        pthread_mutex_unlock(&q->lock);
+        rk_shard_unlock(&q->g);
     }
     return got;
 }
@@ -374,17 +302,17 @@ static rankmem_status_t give_back_chain(caching_t *c, shard_t *sh, blk_t *chain)
     rankmem_status_t result = RANKMEM_SUCCESS;
     if (!chain)
         return result;
-    blk_t *last = NULL;
     for (blk_t *b = chain; b; b = b->next) {
         rankmem_status_t st = give_back(c, b->ptr, b->size, b->align, b->stream);
         if (st != RANKMEM_SUCCESS && result == RANKMEM_SUCCESS)
             result = st;
-        last = b;
     }
-    pthread_mutex_lock(&sh->lock);
-    last->next = sh->spare;
-    sh->spare = chain;
-    pthread_mutex_unlock(&sh->lock);
+    rk_shard_lock(&sh->g);
+    for (blk_t *b = chain, *nx; b; b = nx) {
+        nx = b->next;
+        rk_desc_free(&sh->g, b);
+    }
+    rk_shard_unlock(&sh->g);
     return result;
 }
 
@@ -398,9 +326,9 @@ static rankmem_status_t free_all_cached(caching_t *c, size_t *count_p)
     for (int k = 0; k < NSHARDS; k++) {
         shard_t *sh = &c->shards[k];
         blk_t *chain = NULL;
-        pthread_mutex_lock(&sh->lock);
-        for (size_t j = 0; j < sh->nlists; j++) {
-            slist_t *l = sh->lists[j];
+        rk_shard_lock(&sh->g);
+        for (size_t j = 0; j < sh->g.nlists; j++) {
+            slist_t *l = (slist_t *)sh->g.lists[j];
             for (unsigned i = 0; i < c->nbins; i++)
                 while (l->heads[i]) {
                     blk_t *b = l->heads[i];
@@ -408,12 +336,9 @@ static rankmem_status_t free_all_cached(caching_t *c, size_t *count_p)
                     b->next = chain;
                     chain = b;
                 }
-            rk_gpu_event_destroy(l->event);
-            free(l);
         }
         count += sh->ncached;
-        sh->nlists = 0;
-        sh->hint = NULL;
+        rk_lists_clear(&sh->g);
         sh->cached = sh->ncached = 0;
         memset(sh->bincount, 0, sizeof sh->bincount);
         __atomic_store_n(&sh->avail, 0, __ATOMIC_RELAXED);
@@ -422,7 +347,7 @@ static rankmem_status_t free_all_cached(caching_t *c, size_t *count_p)
             sh->budget = 0;
             publish_slack(c, sh);
         }
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(&sh->g);
         rankmem_status_t st = give_back_chain(c, sh, chain);
         if (st != RANKMEM_SUCCESS && result == RANKMEM_SUCCESS)
             result = st;
@@ -470,15 +395,8 @@ static rankmem_status_t from_upstream(caching_t *c, size_t size, size_t alignmen
 /* Record b (not in any list) as live in sh (locked). */
 static inline rankmem_status_t make_live(shard_t *sh, blk_t *b, size_t bytes)
 {
-    rankmem_status_t st = rk_ptrmap_insert(&sh->live_map, b->ptr, b);
-    if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
-        return st;
     b->req = bytes;
-    sh->live++;
-    sh->used += bytes;
-    if (sh->used > sh->used_high)
-        sh->used_high = sh->used;
-    return RANKMEM_SUCCESS;
+    return rk_live_add(&sh->g, b->ptr, b, bytes);
 }
 
 /* Out of host memory for the live map or a descriptor: b goes back upstream
@@ -488,8 +406,8 @@ static rankmem_status_t drop_block(caching_t *c, shard_t *sh, blk_t *b, rankmem_
 {
     char *mem = b->ptr;
     size_t size = b->size, align = b->align;
-    desc_free(sh, b);
-    pthread_mutex_unlock(&sh->lock);
+    rk_desc_free(&sh->g, b);
+    rk_shard_unlock(&sh->g);
     give_back(c, mem, size, align, stream);
     return st;
 }
@@ -503,29 +421,29 @@ static rankmem_status_t caching_allocate(rankmem_resource_t *mr, size_t bytes, s
     rankmem_status_t st;
     blk_t *b = NULL;
     if (RK_LIKELY(i != NOT_CACHED)) {
-        pthread_mutex_lock(&sh->lock);
+        rk_shard_lock_own(&sh->g);
         b = take_in_shard(c, sh, stream, i, alignment);
         if (RK_LIKELY(b != NULL)) {
             /* A block in the cache means the live map is ready. */
             st = make_live(sh, b, bytes);
             if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
                 return drop_block(c, sh, b, stream, st);
-            pthread_mutex_unlock(&sh->lock);
+            rk_shard_unlock(&sh->g);
             *ptr_p = b->ptr;
             return RANKMEM_SUCCESS;
         }
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(&sh->g);
         b = take_elsewhere(c, sh, stream, i, alignment);
     }
     void *mem = NULL;
     size_t size = i == NOT_CACHED ? bytes : c->bin_bytes[i];
     if (!b && (st = from_upstream(c, size, alignment, stream, &mem)) != RANKMEM_SUCCESS)
         return st;
-    pthread_mutex_lock(&sh->lock);
-    st = shard_ready(sh);
+    rk_shard_lock(&sh->g);
+    st = rk_shard_ready(&sh->g);
     if (st == RANKMEM_SUCCESS && !b) {
-        if ((b = desc_new(sh)) == NULL) {
-            pthread_mutex_unlock(&sh->lock);
+        if ((b = rk_desc_new(&sh->g, sizeof(blk_t))) == NULL) {
+            rk_shard_unlock(&sh->g);
             give_back(c, mem, size, alignment, stream);
             return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
                             "caching: no host memory for a block descriptor");
@@ -541,11 +459,11 @@ static rankmem_status_t caching_allocate(rankmem_resource_t *mr, size_t bytes, s
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS)) {
         if (b)
             return drop_block(c, sh, b, stream, st);
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(&sh->g);
         give_back(c, mem, size, alignment, stream);
         return st;
     }
-    pthread_mutex_unlock(&sh->lock);
+    rk_shard_unlock(&sh->g);
     *ptr_p = b->ptr;
     return RANKMEM_SUCCESS;
 }
@@ -554,39 +472,37 @@ static rankmem_status_t caching_allocate(rankmem_resource_t *mr, size_t bytes, s
 static rankmem_status_t free_in(caching_t *c, shard_t *sh, size_t slot, void *ptr, size_t bytes,
                                 rankmem_stream_t stream)
 {
-    blk_t *b = sh->live_map.slots[slot].value;
+    blk_t *b = sh->g.live_map.slots[slot].value;
     if (RK_UNLIKELY(b->req != bytes)) {
         size_t req = b->req;
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(&sh->g);
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
                         "caching: %p freed with size %zu but allocated with %zu; not freed", ptr,
                         bytes, req);
     }
-    rk_ptrmap_remove_at(&sh->live_map, slot);
-    sh->live--;
-    sh->used -= bytes;
+    rk_live_drop(&sh->g, slot, bytes);
     if (RK_LIKELY(b->bin != NOT_CACHED)) {
         if (RK_LIKELY(!c->capped || sh->cached + b->size <= sh->budget) ||
             budget_from_spare(c, sh, b->size)) {
             slist_t *l = list_for(c, sh, stream, 1);
             if (RK_LIKELY(l != NULL)) {
                 cache_push(c, sh, l, b);
-                pthread_mutex_unlock(&sh->lock);
+                rk_shard_unlock(&sh->g);
                 return RANKMEM_SUCCESS;
             }
         } else if (b->size <= c->cap) {
             /* The cap may still have room in other shards' budgets. The block
              * is ours alone meanwhile (in no map, no list). */
             size_t need = sh->cached + b->size - sh->budget;
-            pthread_mutex_unlock(&sh->lock);
+            rk_shard_unlock(&sh->g);
             size_t got = budget_steal(c, sh, need);
-            pthread_mutex_lock(&sh->lock);
+            rk_shard_lock(&sh->g);
             sh->budget += got;
             publish_slack(c, sh);
             slist_t *l;
             if (sh->cached + b->size <= sh->budget && (l = list_for(c, sh, stream, 1)) != NULL) {
                 cache_push(c, sh, l, b);
-                pthread_mutex_unlock(&sh->lock);
+                rk_shard_unlock(&sh->g);
                 return RANKMEM_SUCCESS;
             }
         }
@@ -594,8 +510,8 @@ static rankmem_status_t free_in(caching_t *c, shard_t *sh, size_t slot, void *pt
     /* Not cached: straight back upstream, on the stream it was freed on. */
     char *mem = b->ptr;
     size_t size = b->size, align = b->align;
-    desc_free(sh, b);
-    pthread_mutex_unlock(&sh->lock);
+    rk_desc_free(&sh->g, b);
+    rk_shard_unlock(&sh->g);
     return give_back(c, mem, size, align, stream);
 }
 
@@ -604,18 +520,11 @@ static rankmem_status_t caching_deallocate(rankmem_resource_t *mr, void *ptr, si
 {
     (void)alignment;
     caching_t *c = (caching_t *)mr;
-    shard_t *mine = my_shard(c);
-    /* Mostly the thread that allocated frees: its shard first, then the others. */
-    for (int i = -1; i < NSHARDS; i++) {
-        shard_t *sh = i < 0 ? mine : &c->shards[i];
-        if (i >= 0 && sh == mine)
-            continue;
-        pthread_mutex_lock(&sh->lock);
-        size_t slot = sh->live_map.slots ? rk_ptrmap_find(&sh->live_map, ptr) : SIZE_MAX;
-        if (slot != SIZE_MAX)
-            return free_in(c, sh, slot, ptr, bytes, stream); /* unlocks */
-        pthread_mutex_unlock(&sh->lock);
-    }
+    size_t slot;
+    shard_t *sh = (shard_t *)rk_shard_find_live(c->shards, sizeof(shard_t), &my_shard(c)->g, 0,
+                                                ptr, &slot);
+    if (RK_LIKELY(sh != NULL))
+        return free_in(c, sh, slot, ptr, bytes, stream); /* unlocks */
     return rk_error(RANKMEM_ERR_INVALID_POINTER,
                     "caching: %p (%zu bytes) is not a live allocation of this resource "
                     "(double free, or memory from elsewhere)",
@@ -633,21 +542,13 @@ static rankmem_status_t caching_query(rankmem_resource_t *mr, rankmem_query_t wh
     case RANKMEM_QUERY_RESERVED_CURRENT: v = __atomic_load_n(&c->held, __ATOMIC_RELAXED); break;
     case RANKMEM_QUERY_RESERVED_HIGH: v = __atomic_load_n(&c->held_high, __ATOMIC_RELAXED); break;
     case RANKMEM_QUERY_USED_CURRENT:
-    case RANKMEM_QUERY_USED_HIGH: /* with several threads, the sum of their peaks: an upper bound */
-    case RANKMEM_QUERY_LIVE_COUNT:
+    case RANKMEM_QUERY_USED_HIGH:
+    case RANKMEM_QUERY_LIVE_COUNT: v = rk_shards_sum(c->shards, sizeof(shard_t), what); break;
     case RANKMEM_QUERY_FREE_BLOCKS:
         for (int k = 0; k < NSHARDS; k++) {
-            shard_t *sh = &c->shards[k];
-            pthread_mutex_lock(&sh->lock);
-            if (what == RANKMEM_QUERY_USED_CURRENT)
-                v += sh->used;
-            else if (what == RANKMEM_QUERY_USED_HIGH)
-                v += sh->used_high;
-            else if (what == RANKMEM_QUERY_LIVE_COUNT)
-                v += sh->live;
-            else
-                v += sh->ncached;
-            pthread_mutex_unlock(&sh->lock);
+            rk_shard_lock(&c->shards[k].g);
+            v += c->shards[k].ncached;
+            rk_shard_unlock(&c->shards[k].g);
         }
         break;
     default:
@@ -671,12 +572,12 @@ static rankmem_status_t caching_trim(rankmem_resource_t *mr, size_t keep_bytes)
     for (int k = 0; k < NSHARDS && excess; k++) {
         shard_t *sh = &c->shards[k];
         blk_t *chain = NULL;
-        pthread_mutex_lock(&sh->lock);
+        rk_shard_lock(&sh->g);
         for (unsigned i = c->nbins; i-- > 0 && excess && sh->ncached;) {
             if (c->bin_bytes[i] > excess || !sh->bincount[i])
                 continue;
-            for (size_t j = 0; j < sh->nlists && c->bin_bytes[i] <= excess; j++) {
-                slist_t *l = sh->lists[j];
+            for (size_t j = 0; j < sh->g.nlists && c->bin_bytes[i] <= excess; j++) {
+                slist_t *l = (slist_t *)sh->g.lists[j];
                 while (l->heads[i] && c->bin_bytes[i] <= excess) {
                     blk_t *b = cache_unlink(c, sh, l, i, &l->heads[i]);
                     excess -= b->size;
@@ -685,7 +586,7 @@ static rankmem_status_t caching_trim(rankmem_resource_t *mr, size_t keep_bytes)
                 }
             }
         }
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(&sh->g);
         rankmem_status_t st = give_back_chain(c, sh, chain);
         if (st != RANKMEM_SUCCESS && result == RANKMEM_SUCCESS)
             result = st;
@@ -734,22 +635,7 @@ static void reclaim_live(const void *key, void *value, void *arg)
 
 static void caching_free_host_state(caching_t *c)
 {
-    for (int k = 0; c->shards && k < NSHARDS; k++) {
-        shard_t *sh = &c->shards[k];
-        for (size_t j = 0; j < sh->nlists; j++) {
-            rk_gpu_event_destroy(sh->lists[j]->event);
-            free(sh->lists[j]);
-        }
-        free(sh->lists);
-        while (sh->slabs) {
-            desc_slab_t *s = sh->slabs;
-            sh->slabs = s->next;
-            free(s);
-        }
-        rk_ptrmap_fini(&sh->live_map);
-        pthread_mutex_destroy(&sh->lock);
-    }
-    free(c->shards);
+    rk_shards_free(c->shards, sizeof(shard_t));
     free(c);
 }
 
@@ -757,11 +643,7 @@ static rankmem_status_t caching_finalize(rankmem_resource_t *mr)
 {
     caching_t *c = (caching_t *)mr;
     rankmem_status_t result = RANKMEM_SUCCESS;
-    size_t live = 0, used = 0;
-    for (int k = 0; k < NSHARDS; k++) {
-        live += c->shards[k].live;
-        used += c->shards[k].used;
-    }
+    size_t used, live = rk_shards_live(c->shards, sizeof(shard_t), &used);
     if (live)
         result = rk_error(RANKMEM_ERR_BUSY,
                           "caching: released with %zu live allocations (%zu bytes); their memory "
@@ -772,8 +654,8 @@ static rankmem_status_t caching_finalize(rankmem_resource_t *mr)
         result = st;
     reclaim_t r = {c, RANKMEM_SUCCESS};
     for (int k = 0; live && k < NSHARDS; k++)
-        if (c->shards[k].live_map.slots)
-            rk_ptrmap_each(&c->shards[k].live_map, reclaim_live, &r);
+        if (c->shards[k].g.live_map.slots)
+            rk_ptrmap_each(&c->shards[k].g.live_map, reclaim_live, &r);
     if (r.result != RANKMEM_SUCCESS && result == RANKMEM_SUCCESS)
         result = r.result;
     caching_free_host_state(c);
@@ -888,22 +770,12 @@ rankmem_status_t rankmem_caching_create(rankmem_resource_t *upstream,
     c->quantum = c->cap / NSHARDS;
     c->use_events = (upstream->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && rk_gpu_count() > 0;
     void *shards = NULL;
-    if (posix_memalign(&shards, 64, NSHARDS * sizeof(shard_t)) != 0) {
+    if (rk_shards_new(sizeof(shard_t), &shards) != RANKMEM_SUCCESS) {
         free(c);
         rankmem_resource_release(upstream);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "caching: no host memory for its shards");
     }
-    memset(shards, 0, NSHARDS * sizeof(shard_t));
     c->shards = shards;
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-#ifdef PTHREAD_MUTEX_ADAPTIVE_NP
-    /* Spin briefly before sleeping: critical sections are a few dozen ns. */
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-#endif
-    for (int k = 0; k < NSHARDS; k++)
-        pthread_mutex_init(&c->shards[k].lock, &attr);
-    pthread_mutexattr_destroy(&attr);
     *mr_p = mr;
     return RANKMEM_SUCCESS;
 }

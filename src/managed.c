@@ -1,89 +1,49 @@
 /* cudaMallocManaged (cudaMemAttachGlobal): memory both the host and every
- * device may touch; pages migrate on demand. Streams are ignored. */
+ * device may touch; pages migrate on demand. Streams are ignored. The
+ * skeleton is direct.h's. */
 #include "internal.h"
+#include "direct.h"
 
-#include <stdlib.h>
+#include <stdio.h>
 
 #if HAVE_GPU
 #include "gpu_api.h"
 
-/* What cudaMallocManaged is documented to guarantee (like cudaMalloc). */
-#define MANAGED_ALIGNMENT ((size_t)256)
-
-static rankmem_status_t managed_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
-                                         rankmem_stream_t stream, void **ptr_p)
+static int managed_alloc(void **p, size_t bytes)
 {
-    (void)mr;
-    (void)stream;
-    if (RK_UNLIKELY(alignment > MANAGED_ALIGNMENT))
-        return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
-                        "managed: alignment %zu for %zu bytes; cudaMallocManaged guarantees "
-                        "only %zu",
-                        alignment, bytes, MANAGED_ALIGNMENT);
-    void *p;
-    cudaError_t err = cudaMallocManaged(&p, bytes, cudaMemAttachGlobal);
-    if (RK_UNLIKELY(err != cudaSuccess))
-        return rk_cuda_error(err, "managed: cudaMallocManaged", bytes);
-    *ptr_p = p;
-    return RANKMEM_SUCCESS;
+    return (int)cudaMallocManaged(p, bytes, cudaMemAttachGlobal);
 }
 
-static rankmem_status_t managed_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
-                                           size_t alignment, rankmem_stream_t stream)
-{
-    (void)mr;
-    (void)alignment;
-    (void)stream;
-    cudaError_t err = cudaFree(ptr);
-    if (RK_UNLIKELY(err != cudaSuccess))
-        return rk_cuda_error(err, "managed: cudaFree", bytes);
-    return RANKMEM_SUCCESS;
-}
+static int managed_release(void *p) { return (int)cudaFree(p); }
 
-static rankmem_status_t managed_finalize(rankmem_resource_t *mr)
+static rankmem_status_t managed_check(const char *fn)
 {
-    free(mr);
-    return RANKMEM_SUCCESS;
-}
-
-static const rankmem_resource_ops_t managed_ops = {
-    .size = sizeof(rankmem_resource_ops_t),
-    .name = "managed",
-    .allocate = managed_allocate,
-    .deallocate = managed_deallocate,
-    .finalize = managed_finalize,
-};
-
-rankmem_status_t rankmem_managed_create(rankmem_resource_t **mr_p)
-{
-    if (!mr_p)
-        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_managed_create: NULL mr_p");
-    if (rk_gpu_count() == 0)
-        return rk_error(RANKMEM_ERR_NO_DEVICE, "rankmem_managed_create: no GPU (%s)",
-                        rk_gpu_absent_reason());
-    /* Checked once here, so that allocate never fails for a reason fixed at creation. */
     int dev, managed = 0;
     cudaError_t err = cudaGetDevice(&dev);
     if (err == cudaSuccess)
         err = cudaDeviceGetAttribute(&managed, cudaDevAttrManagedMemory, dev);
-    if (err != cudaSuccess)
-        return rk_cuda_error(err, "rankmem_managed_create: cudaDeviceGetAttribute", 0);
+    if (err != cudaSuccess) {
+        char what[96];
+        snprintf(what, sizeof what, "%s: cudaDeviceGetAttribute", fn);
+        return rk_cuda_error(err, what, 0);
+    }
     if (!managed)
-        return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
-                        "rankmem_managed_create: device %d does not support managed memory", dev);
-    return rk_resource_new(sizeof(rankmem_resource_t), &managed_ops,
-                           RANKMEM_PROP_DEVICE_ACCESSIBLE | RANKMEM_PROP_HOST_ACCESSIBLE, NULL,
-                           mr_p);
+        return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "%s: device %d does not support managed memory",
+                        fn, dev);
+    return RANKMEM_SUCCESS;
 }
+#define MANAGED_CALLS managed_alloc, managed_release, managed_check
+#else
+#define MANAGED_CALLS NULL, NULL, NULL
+#endif
 
-#else /* !HAVE_GPU */
+/* 256: what cudaMallocManaged is documented to guarantee (like cudaMalloc). */
+static const rk_direct_kind_t managed_kind = {
+    RK_DIRECT_OPS("managed"), "cudaMallocManaged", "cudaFree", 256,
+    RANKMEM_PROP_DEVICE_ACCESSIBLE | RANKMEM_PROP_HOST_ACCESSIBLE, 0, MANAGED_CALLS,
+};
 
 rankmem_status_t rankmem_managed_create(rankmem_resource_t **mr_p)
 {
-    if (!mr_p)
-        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_managed_create: NULL mr_p");
-    return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
-                    "rankmem_managed_create: rankmem was built without CUDA");
+    return rk_direct_create(&managed_kind, mr_p);
 }
-
-#endif

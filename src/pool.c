@@ -34,7 +34,7 @@
 #define _GNU_SOURCE
 #include "internal.h"
 #include "config_internal.h"
-#include "ptrmap.h"
+#include "blocks.h"
 #include "pool_backed.h"
 
 #include <limits.h>
@@ -47,8 +47,7 @@
 #define NCLASS 448
 #define NWORDS (NCLASS / 64)
 #define BEST_FIT_SCAN 16 /* blocks examined in the request's own class */
-#define DESC_SLAB 256    /* descriptors allocated together */
-#define NSHARDS 32       /* a power of two */
+#define NSHARDS RK_NSHARDS
 #define MIN_GROWTH ((size_t)2 << 20)
 #define MAX_GEOMETRIC_GROWTH ((size_t)1 << 30)
 #define GROWTH_SHIFT 4 /* grow by a sixteenth of what is held: reserved stays within ~1.06x of need */
@@ -68,8 +67,7 @@ struct blk {
 };
 
 struct slist {
-    rankmem_stream_t stream;
-    void *event;    /* recorded on stream when another stream takes its memory */
+    rk_slist_t h;   /* stream, and its event */
     unsigned takes; /* times this stream took memory from elsewhere: grants grow with it */
     size_t free_bytes, nfree;
     uint64_t bitmap[NWORDS];
@@ -81,21 +79,7 @@ typedef struct {
     size_t size;
 } chunk_t;
 
-typedef struct desc_slab {
-    struct desc_slab *next;
-    blk_t d[DESC_SLAB];
-} desc_slab_t;
-
-typedef struct shard {
-    pthread_mutex_t lock;
-    slist_t **lists;
-    size_t nlists, cap_lists;
-    slist_t *hint; /* the list used last: consecutive calls mostly use one stream */
-    rk_ptrmap_t live_map;
-    blk_t *spare;
-    desc_slab_t *slabs;
-    size_t used, used_high, live;
-} __attribute__((aligned(64))) shard_t; /* one cache line apart: no false sharing */
+typedef rk_shard_t shard_t; /* blocks.h: lock, stream lists, live map, descriptors */
 
 typedef struct {
     rankmem_resource_t base;
@@ -210,58 +194,27 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
     return best;
 }
 
-/* ---- descriptors ---- */
+/* ---- descriptors and stream lists (blocks.h) ---- */
 
-static blk_t *desc_new(shard_t *p)
+/* A descriptor with no neighbours (the rest is set by whoever uses it). */
+static inline blk_t *desc_new(shard_t *sh)
 {
-    if (RK_UNLIKELY(!p->spare)) {
-        desc_slab_t *s = malloc(sizeof *s);
-        if (!s)
-            return NULL;
-        s->next = p->slabs;
-        p->slabs = s;
-        for (int i = 0; i < DESC_SLAB; i++) {
-            s->d[i].fnext = p->spare;
-            p->spare = &s->d[i];
-        }
-    }
-    blk_t *b = p->spare;
-    p->spare = b->fnext;
-    memset(b, 0, sizeof *b);
+    blk_t *b = rk_desc_new(sh, sizeof(blk_t));
+    if (RK_LIKELY(b != NULL))
+        b->prev = b->next = NULL;
     return b;
 }
 
-static inline void desc_free(shard_t *p, blk_t *b)
+#define desc_free rk_desc_free
+
+static inline slist_t *list_for(shard_t *sh, rankmem_stream_t stream, int create)
 {
-    b->fnext = p->spare;
-    p->spare = b;
+    return (slist_t *)rk_list_for(sh, stream, create ? sizeof(slist_t) : 0);
 }
 
-/* ---- stream lists ---- */
-
-static slist_t *list_for(shard_t *p, rankmem_stream_t stream, int create)
+static inline slist_t *list_at(const shard_t *sh, size_t k)
 {
-    if (RK_LIKELY(p->hint != NULL && p->hint->stream == stream))
-        return p->hint;
-    for (size_t i = 0; i < p->nlists; i++)
-        if (p->lists[i]->stream == stream)
-            return p->hint = p->lists[i];
-    if (!create)
-        return NULL;
-    if (p->nlists == p->cap_lists) {
-        size_t cap = p->cap_lists ? p->cap_lists * 2 : 8;
-        slist_t **l = realloc(p->lists, cap * sizeof *l);
-        if (!l)
-            return NULL;
-        p->lists = l;
-        p->cap_lists = cap;
-    }
-    slist_t *l = calloc(1, sizeof *l);
-    if (!l)
-        return NULL;
-    l->stream = stream;
-    p->lists[p->nlists++] = l;
-    return p->hint = l;
+    return (slist_t *)sh->lists[k];
 }
 
 /* Put b (not in any list) into l, merging with free neighbours of the same list. */
@@ -338,34 +291,21 @@ static void merge_lists(shard_t *p, slist_t *to, slist_t *from)
 
 /* ---- shards ---- */
 
-static unsigned next_thread_slot;
-static _Thread_local unsigned thread_slot = UINT_MAX;
-
 static inline shard_t *my_shard(pool_t *p)
 {
-    unsigned s = thread_slot;
-    if (RK_UNLIKELY(s == UINT_MAX))
-        s = thread_slot = __atomic_fetch_add(&next_thread_slot, 1, __ATOMIC_RELAXED);
-    return &p->shards[s & (NSHARDS - 1)];
+    return &p->shards[rk_shard_index()];
 }
 
-static inline rankmem_status_t shard_ready(shard_t *sh)
-{
-    if (RK_LIKELY(sh->live_map.slots != NULL))
-        return RANKMEM_SUCCESS;
-    return rk_ptrmap_init(&sh->live_map, 256);
-}
+#define shard_ready rk_shard_ready
 
 static void lock_all(pool_t *p)
 {
-    for (int i = 0; i < NSHARDS; i++)
-        pthread_mutex_lock(&p->shards[i].lock);
+    rk_shards_lock_all(p->shards, sizeof(shard_t));
 }
 
 static void unlock_all(pool_t *p)
 {
-    for (int i = NSHARDS - 1; i >= 0; i--)
-        pthread_mutex_unlock(&p->shards[i].lock);
+    rk_shards_unlock_all(p->shards, sizeof(shard_t));
 }
 
 /* Unlink b from its physical neighbours: it becomes a region of its own. */
@@ -415,7 +355,7 @@ static slist_t *richest_donor(shard_t *sh, slist_t *except, size_t bytes, size_t
 {
     slist_t *donor = NULL;
     for (size_t i = 0; i < sh->nlists; i++) {
-        slist_t *t = sh->lists[i];
+        slist_t *t = list_at(sh, i);
         if (t == except || !t->nfree || (donor && t->free_bytes <= donor->free_bytes))
             continue;
         blk_t *b = list_find(t, bytes, alignment);
@@ -437,14 +377,14 @@ static int take_region(pool_t *p, shard_t *sh, rankmem_stream_t stream, size_t b
         shard_t *d = &p->shards[i];
         if (d == sh)
             continue;
-        pthread_mutex_lock(&d->lock);
+        rk_shard_lock(d);
         blk_t *b = NULL;
         slist_t *t = richest_donor(d, NULL, bytes, alignment, &b);
         if (t) {
-            if (p->use_events && t->stream != stream) {
-                rankmem_status_t st = rk_gpu_stream_wait(stream, t->stream, &t->event);
+            if (p->use_events && t->h.stream != stream) {
+                rankmem_status_t st = rk_gpu_stream_wait(stream, t->h.stream, &t->h.event);
                 if (st != RANKMEM_SUCCESS) {
-                    pthread_mutex_unlock(&d->lock);
+                    rk_shard_unlock(d);
                     *st_p = st;
                     return 0;
                 }
@@ -453,17 +393,17 @@ static int take_region(pool_t *p, shard_t *sh, rankmem_stream_t stream, size_t b
             list_remove(t, b);
             if (b->size > g && !split_back(d, t, b, g)) {
                 list_insert(t, b); /* no descriptor for the rest: leave it be */
-                pthread_mutex_unlock(&d->lock);
+                rk_shard_unlock(d);
                 continue;
             }
             cut_links(b);
             *ptr_p = b->ptr;
             *size_p = b->size;
             desc_free(d, b);
-            pthread_mutex_unlock(&d->lock);
+            rk_shard_unlock(d);
             return 1;
         }
-        pthread_mutex_unlock(&d->lock);
+        rk_shard_unlock(d);
     }
     return 0;
 }
@@ -498,7 +438,7 @@ static rankmem_status_t sync_free_streams(pool_t *p)
         return RANKMEM_SUCCESS;
     for (int i = 0; i < NSHARDS; i++)
         for (size_t k = 0; k < p->shards[i].nlists; k++)
-            if (p->shards[i].lists[k]->nfree) {
+            if (list_at(&p->shards[i], k)->nfree) {
                 rankmem_status_t st = rk_gpu_stream_sync(p->shards[i].lists[k]->stream);
                 if (st != RANKMEM_SUCCESS)
                     return st;
@@ -526,7 +466,7 @@ static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
     size_t n = 0;
     for (int i = 0; i < NSHARDS; i++)
         for (size_t k = 0; k < p->shards[i].nlists; k++)
-            n += p->shards[i].lists[k]->nfree;
+            n += list_at(&p->shards[i], k)->nfree;
     span_t *sp = malloc((n ? n : 1) * sizeof *sp);
     slist_t *l = list_for(dst, stream, 1);
     if (!sp || !l || sync_free_streams(p) != RANKMEM_SUCCESS)
@@ -536,15 +476,15 @@ static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
     /* dst's own streams merge through their links, so later frees of their
      * neighbours still coalesce; other shards' blocks move as regions. */
     for (size_t k = 0; k < dst->nlists; k++)
-        if (dst->lists[k] != l)
-            merge_lists(dst, l, dst->lists[k]);
+        if (list_at(dst, k) != l)
+            merge_lists(dst, l, list_at(dst, k));
     n = 0;
     for (int i = 0; i < NSHARDS; i++) {
         shard_t *sh = &p->shards[i];
         if (sh == dst)
             continue;
         for (size_t k = 0; k < sh->nlists; k++) {
-            slist_t *t = sh->lists[k];
+            slist_t *t = list_at(sh, k);
             for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c)) {
                 blk_t *b = t->heads[c];
                 list_remove(t, b);
@@ -608,7 +548,7 @@ static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
     cut_t *cuts = NULL;
     for (int i = 0; i < NSHARDS; i++)
         for (size_t k = 0; k < p->shards[i].nlists; k++) {
-            slist_t *t = p->shards[i].lists[k];
+            slist_t *t = list_at(&p->shards[i], k);
             for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c + 1))
                 for (blk_t *b = t->heads[c]; b; b = b->fnext) {
                     uintptr_t a0 = ((uintptr_t)b->ptr + gmask) & ~gmask;
@@ -810,7 +750,7 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
     slist_t *donor = richest_donor(sh, s, bytes, alignment, &b);
     if (donor) {
         if (p->use_events) {
-            rankmem_status_t st = rk_gpu_stream_wait(stream, donor->stream, &donor->event);
+            rankmem_status_t st = rk_gpu_stream_wait(stream, donor->h.stream, &donor->h.event);
             if (st != RANKMEM_SUCCESS)
                 return st;
         }
@@ -823,9 +763,9 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
     size_t size;
     rankmem_status_t st = RANKMEM_SUCCESS;
     unsigned takes = s ? s->takes : 0;
-    pthread_mutex_unlock(&sh->lock);
+    rk_shard_unlock(sh);
     int got = take_region(p, sh, stream, bytes, alignment, takes, &ptr, &size, &st);
-    pthread_mutex_lock(&sh->lock);
+    rk_shard_lock(sh);
     if (st != RANKMEM_SUCCESS)
         return st;
     /* Other threads of this shard may take the new memory before we relock:
@@ -848,14 +788,14 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
         /* 3. Merge this shard's streams: their blocks may coalesce. */
         size_t others = 0;
         for (size_t i = 0; i < sh->nlists; i++)
-            if (sh->lists[i] != s)
-                others += sh->lists[i]->free_bytes;
+            if (list_at(sh, i) != s)
+                others += list_at(sh, i)->free_bytes;
         if (others && others + s->free_bytes >= bytes) {
             for (size_t i = 0; i < sh->nlists; i++) {
-                slist_t *t = sh->lists[i];
+                slist_t *t = list_at(sh, i);
                 if (t == s || !t->nfree)
                     continue;
-                if (p->use_events && (st = rk_gpu_stream_sync(t->stream)) != RANKMEM_SUCCESS)
+                if (p->use_events && (st = rk_gpu_stream_sync(t->h.stream)) != RANKMEM_SUCCESS)
                     return st;
                 merge_lists(sh, s, t);
             }
@@ -865,7 +805,7 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
         /* 4. A new chunk. Chunks wholly free go back upstream first: they
          * had no room for this request, and held beside the new chunk they
          * would only raise the peak reserved (traces in docs/replay.md). */
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(sh);
         if (p->backing) {
             if (backed_over_budget(p, bytes + alignment - UNIT)) {
                 /* Over budget: first every free block coalesced, across
@@ -873,11 +813,11 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
                  * nothing), then wholly free granules given back before
                  * mapping new ones. */
                 defragment(p, sh, stream);
-                pthread_mutex_lock(&sh->lock);
+                rk_shard_lock(sh);
                 s = list_for(sh, stream, 1);
                 if (s && (b = list_find(s, bytes, alignment)) != NULL)
                     break;
-                pthread_mutex_unlock(&sh->lock);
+                rk_shard_unlock(sh);
                 backed_make_room(p, bytes + alignment - UNIT);
             }
         } else if (bytes + alignment - UNIT <= p->maximum) /* else growing cannot help */
@@ -894,7 +834,7 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
             char detail[256];
             snprintf(detail, sizeof detail, "%s", rankmem_last_error());
             defragment(p, sh, stream);
-            pthread_mutex_lock(&sh->lock);
+            rk_shard_lock(sh);
             s = list_for(sh, stream, 1);
             if (s && (b = list_find(s, bytes, alignment)) != NULL)
                 break;
@@ -902,7 +842,7 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
             return rk_error(st, "%s", strlen(detail) > skip ? detail + skip : detail);
         }
         got = 1;
-        pthread_mutex_lock(&sh->lock);
+        rk_shard_lock(sh);
     }
     *b_p = b;
     *from_p = s;
@@ -916,7 +856,7 @@ static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size
     shard_t *sh = my_shard(p);
     size_t rounded = rk_align_up(bytes, UNIT);
     rankmem_status_t st;
-    pthread_mutex_lock(&sh->lock);
+    rk_shard_lock_own(sh);
     if (RK_UNLIKELY((st = shard_ready(sh)) != RANKMEM_SUCCESS))
         goto out;
     slist_t *s = list_for(sh, stream, 1);
@@ -952,19 +892,15 @@ static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size
         st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
         goto out;
     }
-    st = rk_ptrmap_insert(&sh->live_map, b->ptr, b);
+    st = rk_live_add(sh, b->ptr, b, bytes);
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS)) {
         free_into(sh, s, b);
         goto out;
     }
     b->req = bytes;
-    sh->live++;
-    sh->used += bytes;
-    if (sh->used > sh->used_high)
-        sh->used_high = sh->used;
     *ptr_p = b->ptr;
 out:
-    pthread_mutex_unlock(&sh->lock);
+    rk_shard_unlock(sh);
     return st;
 }
 
@@ -986,11 +922,9 @@ free_in(pool_t *p, shard_t *sh, size_t slot, void *ptr, size_t bytes, rankmem_st
             return st;
         if (!sh->nlists)
             return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory to free %p", ptr);
-        s = sh->lists[0];
+        s = list_at(sh, 0);
     }
-    rk_ptrmap_remove_at(&sh->live_map, slot);
-    sh->live--;
-    sh->used -= bytes;
+    rk_live_drop(sh, slot, bytes);
     free_into(sh, s, b);
     return RANKMEM_SUCCESS;
 }
@@ -1001,18 +935,12 @@ static inline __attribute__((always_inline)) rankmem_status_t
 free_anywhere(pool_t *p, shard_t *mine, int mine_seen, void *ptr, size_t bytes,
               rankmem_stream_t stream)
 {
-    for (int i = mine_seen ? 0 : -1; i < NSHARDS; i++) {
-        shard_t *sh = i < 0 ? mine : &p->shards[i];
-        if (i >= 0 && sh == mine)
-            continue;
-        pthread_mutex_lock(&sh->lock);
-        size_t slot = sh->live_map.slots ? rk_ptrmap_find(&sh->live_map, ptr) : SIZE_MAX;
-        if (slot != SIZE_MAX) {
-            rankmem_status_t st = free_in(p, sh, slot, ptr, bytes, stream);
-            pthread_mutex_unlock(&sh->lock);
-            return st;
-        }
-        pthread_mutex_unlock(&sh->lock);
+    size_t slot;
+    shard_t *sh = rk_shard_find_live(p->shards, sizeof(shard_t), mine, mine_seen, ptr, &slot);
+    if (RK_LIKELY(sh != NULL)) {
+        rankmem_status_t st = free_in(p, sh, slot, ptr, bytes, stream);
+        rk_shard_unlock(sh);
+        return st;
     }
     return rk_error(RANKMEM_ERR_INVALID_POINTER,
                     "pool: %p (%zu bytes) is not a live allocation of this pool "
@@ -1040,16 +968,16 @@ static rankmem_status_t pool_deallocate_many(rankmem_resource_t *mr, const rankm
     shard_t *mine = my_shard(p);
     rankmem_status_t first = RANKMEM_SUCCESS;
     uint64_t away[RK_BATCH / 64] = {0}; /* not in this shard */
-    pthread_mutex_lock(&mine->lock);
+    rk_shard_lock(mine);
     for (size_t i = 0; i < n; i++) {
         const rankmem_block_t *bl = &blocks[i];
-        size_t slot = mine->live_map.slots ? rk_ptrmap_find(&mine->live_map, bl->ptr) : SIZE_MAX;
+        size_t slot = rk_live_find(mine, bl->ptr);
         if (slot == SIZE_MAX)
             away[i / 64] |= (uint64_t)1 << (i % 64);
         else
             status[i] = free_in(p, mine, slot, bl->ptr, bl->bytes, stream);
     }
-    pthread_mutex_unlock(&mine->lock);
+    rk_shard_unlock(mine);
     for (size_t i = 0; i < n; i++) {
         if (away[i / 64] >> (i % 64) & 1)
             status[i] = free_anywhere(p, mine, 1, blocks[i].ptr, blocks[i].bytes, stream);
@@ -1074,22 +1002,15 @@ static rankmem_status_t pool_query(rankmem_resource_t *mr, rankmem_query_t what,
         break;
     case RANKMEM_QUERY_POOL_MAX: v = p->maximum; break;
     case RANKMEM_QUERY_USED_CURRENT:
-    case RANKMEM_QUERY_USED_HIGH: /* with several threads, the sum of their peaks: an upper bound */
-    case RANKMEM_QUERY_LIVE_COUNT:
+    case RANKMEM_QUERY_USED_HIGH:
+    case RANKMEM_QUERY_LIVE_COUNT: v = rk_shards_sum(p->shards, sizeof(shard_t), what); break;
     case RANKMEM_QUERY_FREE_BLOCKS:
         for (int i = 0; i < NSHARDS; i++) {
             shard_t *sh = &p->shards[i];
-            pthread_mutex_lock(&sh->lock);
-            if (what == RANKMEM_QUERY_USED_CURRENT)
-                v += sh->used;
-            else if (what == RANKMEM_QUERY_USED_HIGH)
-                v += sh->used_high;
-            else if (what == RANKMEM_QUERY_LIVE_COUNT)
-                v += sh->live;
-            else
-                for (size_t k = 0; k < sh->nlists; k++)
-                    v += sh->lists[k]->nfree;
-            pthread_mutex_unlock(&sh->lock);
+            rk_shard_lock(sh);
+            for (size_t k = 0; k < sh->nlists; k++)
+                v += list_at(sh, k)->nfree;
+            rk_shard_unlock(sh);
         }
         break;
     default:
@@ -1122,7 +1043,7 @@ static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes)
         qsort(p->chunks, p->nchunks, sizeof *p->chunks, cmp_chunk);
     for (int i = 0; i < NSHARDS; i++)
         for (size_t k = 0; k < p->shards[i].nlists; k++) {
-            slist_t *t = p->shards[i].lists[k];
+            slist_t *t = list_at(&p->shards[i], k);
             for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c + 1))
                 for (blk_t *b = t->heads[c]; b; b = b->fnext)
                     free_in_chunk[chunk_of(p, b->ptr)] += b->size;
@@ -1142,7 +1063,7 @@ static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes)
     }
     for (int i = 0; i < NSHARDS; i++)
         for (size_t k = 0; k < p->shards[i].nlists; k++) {
-            slist_t *t = p->shards[i].lists[k];
+            slist_t *t = list_at(&p->shards[i], k);
             for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c + 1))
                 for (blk_t *b = t->heads[c], *nx; b; b = nx) {
                     nx = b->fnext;
@@ -1172,13 +1093,13 @@ static rankmem_status_t forget_stream(pool_t *p, rankmem_stream_t stream)
     int synced = 0;
     for (int i = 0; i < NSHARDS; i++) {
         shard_t *sh = &p->shards[i];
-        pthread_mutex_lock(&sh->lock);
+        rk_shard_lock(sh);
         slist_t *l = list_for(sh, stream, 0);
         if (l) {
             if (p->use_events && !synced) {
                 rankmem_status_t st = rk_gpu_stream_sync(stream);
                 if (st != RANKMEM_SUCCESS) {
-                    pthread_mutex_unlock(&sh->lock);
+                    rk_shard_unlock(sh);
                     return st;
                 }
                 synced = 1;
@@ -1186,19 +1107,14 @@ static rankmem_status_t forget_stream(pool_t *p, rankmem_stream_t stream)
             /* Its work is done: its blocks now belong to the default stream. */
             slist_t *d = list_for(sh, NULL, 0);
             if (!d) {
-                l->stream = NULL;
+                l->h.stream = NULL;
             } else {
                 merge_lists(sh, d, l);
-                size_t k = 0;
-                while (sh->lists[k] != l)
-                    k++;
-                sh->lists[k] = sh->lists[--sh->nlists];
-                rk_gpu_event_destroy(l->event);
-                free(l);
+                rk_list_drop(sh, &l->h);
             }
             sh->hint = NULL;
         }
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(sh);
     }
     return RANKMEM_SUCCESS;
 }
@@ -1227,22 +1143,7 @@ rankmem_status_t rankmem_pool_forget_stream(rankmem_resource_t *mr, rankmem_stre
 
 static void pool_free_host_state(pool_t *p)
 {
-    for (int i = 0; p->shards && i < NSHARDS; i++) {
-        shard_t *sh = &p->shards[i];
-        for (size_t k = 0; k < sh->nlists; k++) {
-            rk_gpu_event_destroy(sh->lists[k]->event);
-            free(sh->lists[k]);
-        }
-        free(sh->lists);
-        while (sh->slabs) {
-            desc_slab_t *s = sh->slabs;
-            sh->slabs = s->next;
-            free(s);
-        }
-        rk_ptrmap_fini(&sh->live_map);
-        pthread_mutex_destroy(&sh->lock);
-    }
-    free(p->shards);
+    rk_shards_free(p->shards, sizeof(shard_t));
     free(p->chunks);
     pthread_mutex_destroy(&p->grow_lock);
     free(p);
@@ -1253,11 +1154,7 @@ static rankmem_status_t pool_finalize(rankmem_resource_t *mr)
     pool_t *p = (pool_t *)mr;
     rankmem_resource_t *up = p->base.upstream;
     rankmem_status_t result = RANKMEM_SUCCESS;
-    size_t live = 0, used = 0;
-    for (int i = 0; p->shards && i < NSHARDS; i++) {
-        live += p->shards[i].live;
-        used += p->shards[i].used;
-    }
+    size_t used, live = rk_shards_live(p->shards, sizeof(shard_t), &used);
     if (live)
         result = rk_error(RANKMEM_ERR_BUSY,
                           "pool: released with %zu live allocations (%zu bytes); their memory "
@@ -1390,23 +1287,13 @@ static rankmem_status_t pool_new(rankmem_resource_t *upstream, const rankmem_poo
     p->use_events = (props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && rk_gpu_count() > 0;
     pthread_mutex_init(&p->grow_lock, NULL);
     void *shards = NULL;
-    if (posix_memalign(&shards, 64, NSHARDS * sizeof(shard_t)) != 0) {
+    if (rk_shards_new(sizeof(shard_t), &shards) != RANKMEM_SUCCESS) {
         pool_free_host_state(p);
         if (upstream)
             rankmem_resource_release(upstream);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for its shards");
     }
-    memset(shards, 0, NSHARDS * sizeof(shard_t));
     p->shards = shards;
-    pthread_mutexattr_t attr;
-    pthread_mutexattr_init(&attr);
-#ifdef PTHREAD_MUTEX_ADAPTIVE_NP
-    /* Spin briefly before sleeping: critical sections are a few dozen ns. */
-    pthread_mutexattr_settype(&attr, PTHREAD_MUTEX_ADAPTIVE_NP);
-#endif
-    for (int i = 0; i < NSHARDS; i++)
-        pthread_mutex_init(&p->shards[i].lock, &attr);
-    pthread_mutexattr_destroy(&attr);
     if (p->initial) {
         shard_t *sh = my_shard(p);
         char *ptr;
@@ -1448,11 +1335,11 @@ int rk_pool_is_live(rankmem_resource_t *mr, const void *ptr, size_t bytes)
     int live = 0;
     for (int i = 0; i < NSHARDS && !live; i++) {
         shard_t *sh = &p->shards[i];
-        pthread_mutex_lock(&sh->lock);
-        size_t slot = sh->live_map.slots ? rk_ptrmap_find(&sh->live_map, ptr) : SIZE_MAX;
+        rk_shard_lock(sh);
+        size_t slot = rk_live_find(sh, ptr);
         if (slot != SIZE_MAX)
             live = ((blk_t *)sh->live_map.slots[slot].value)->req == bytes;
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(sh);
     }
     return live;
 }
