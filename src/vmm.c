@@ -32,7 +32,20 @@
 #include <string.h>
 #include <unistd.h>
 
+#if HAVE_GPU
+#include "gpu_api.h"
+#endif
+
 #define HOST_DEFAULT_RESERVE ((size_t)64 << 30)
+
+/* The current device's primary context, made current: the driver calls of
+ * the mapping layer work in it (the runtime makes it lazily). */
+static void primary_context(void)
+{
+#if HAVE_GPU
+    (void)cudaFree(NULL);
+#endif
+}
 
 typedef struct {
     rankmem_resource_t base;
@@ -291,6 +304,7 @@ rankmem_status_t rankmem_vmm_create(const rankmem_vmm_params_t *params, rankmem_
                             rk_gpu_absent_reason());
         backend = device_backend();
         device = rk_gpu_current();
+        primary_context();
         props = RANKMEM_PROP_DEVICE_ACCESSIBLE;
         if (!reserve) {
             const char *why = "";
@@ -514,6 +528,8 @@ rankmem_status_t rankmem_vmm_import(const rankmem_vmm_export_t *e, void **ptr_p,
     im->granule = e->granule;
     im->count = e->count;
     int device = rk_gpu_current();
+    if (im->backend != RK_VMM_HOST && rk_gpu_count() > 0)
+        primary_context();
     if (im->backend != RK_VMM_HOST && rk_gpu_count() == 0) {
         free(im);
         free(offs);
