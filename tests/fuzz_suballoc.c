@@ -243,7 +243,7 @@ static rankmem_status_t build(int which, unsigned cfg, rankmem_resource_t *up,
         rankmem_vmm_params_default(&p);
         p.backend = RANKMEM_VMM_BACKEND_HOST;
         p.granule = (size_t)4096 << (2 * (cfg & 3)); /* 4 KiB .. 256 KiB */
-        p.reserve = (size_t)1 << 30;
+        p.reserve = (size_t)256 << 20;
         p.maximum = (cfg & 4) ? (size_t)8 << 20 : SIZE_MAX;
         p.release = (cfg & 8) ? (size_t)1 << 20 : 0;
         rankmem_status_t st = rankmem_vmm_create(&p, mr_p);
