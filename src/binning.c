@@ -59,6 +59,12 @@ typedef struct bintab {
     size_t largest; /* bins[n - 1].size, 0 without bins */
     /* first[e]: the first bin that can serve a request in (2^(e-1), 2^e]. */
     unsigned char first[65];
+    /* whole[e]: the bin first[e] when it serves every request of the class
+     * (size at least 2^e), else mr NULL: pick's answer in one step. */
+    struct {
+        rankmem_resource_t *mr;
+        size_t align;
+    } whole[65];
     bin_t bins[];
 } bintab_t;
 
@@ -94,7 +100,10 @@ static inline unsigned ceil_log2(size_t x) /* x >= 2 */
  * the upstream) when no bin that large gives the alignment. */
 static inline rankmem_resource_t *pick(const bintab_t *t, size_t need, size_t alignment)
 {
-    size_t i = t->first[ceil_log2(need)];
+    unsigned e = ceil_log2(need);
+    if (RK_LIKELY(t->whole[e].mr != NULL) && RK_LIKELY(alignment <= t->whole[e].align))
+        return t->whole[e].mr;
+    size_t i = t->first[e];
     while (i < t->n && (t->bins[i].size < need || t->bins[i].align < alignment))
         i++;
     return RK_LIKELY(i < t->n) ? t->bins[i].mr : NULL;
@@ -108,7 +117,8 @@ static inline large_t *large_of(binning_t *b, const void *ptr)
 
 /* ---- allocate / deallocate ---- */
 
-static rankmem_status_t large_allocate(binning_t *b, size_t bytes, size_t alignment,
+/* Off the bins' path (noinline): the bins' callers stay lean. */
+static __attribute__((noinline)) rankmem_status_t large_allocate(binning_t *b, size_t bytes, size_t alignment,
                                        rankmem_stream_t stream, void **ptr_p)
 {
     rankmem_resource_t *up = b->base.upstream;
@@ -142,7 +152,7 @@ static rankmem_status_t large_allocate(binning_t *b, size_t bytes, size_t alignm
 
 /* Free ptr if it is recorded as an allocation from the upstream. *found_p:
  * whether it was (else nothing is done and no error is recorded). */
-static rankmem_status_t large_deallocate(binning_t *b, void *ptr, size_t bytes,
+static __attribute__((noinline)) rankmem_status_t large_deallocate(binning_t *b, void *ptr, size_t bytes,
                                          rankmem_stream_t stream, int *found_p)
 {
     large_t *l = large_of(b, ptr);
@@ -253,6 +263,9 @@ static bintab_t *tab_new(const bin_t *bins, size_t n)
         while (i < n && bins[i].size <= above)
             i++;
         t->first[e] = (unsigned char)(i < n ? i : (n ? n - 1 : 0));
+        int whole = i < n && e < 64 && bins[i].size >= (size_t)1 << e;
+        t->whole[e].mr = whole ? bins[i].mr : NULL;
+        t->whole[e].align = whole ? bins[i].align : 0;
     }
     return t;
 }

@@ -154,6 +154,23 @@ static inline void list_remove(slist_t *l, blk_t *b)
     l->nfree--;
 }
 
+/* b, free in l, now has new_size bytes. It stays in its list when its
+ * class is unchanged, and also when it grew into the next class: a block
+ * then sits one class low (list_find_rest looks there), so that a block
+ * that is cut and merged back across a class boundary, pair after pair,
+ * moves once and not twice a pair. Every block of class k still has at
+ * least class k's smallest size, which is what list_find relies on. */
+static inline void list_resize(slist_t *l, blk_t *b, size_t new_size)
+{
+    l->free_bytes += new_size - b->size; /* modulo arithmetic: shrinking too */
+    b->size = new_size;
+    unsigned c = class_of(new_size / UNIT);
+    if (RK_LIKELY(c - b->cls <= 1)) /* c == cls or cls + 1 (unsigned: c < cls is large) */
+        return;
+    list_remove(l, b);
+    list_insert(l, b);
+}
+
 /* Bytes of b usable for `bytes` at `alignment` after skipping to the alignment. */
 static inline int block_fits(const blk_t *b, size_t bytes, size_t alignment)
 {
@@ -163,6 +180,8 @@ static inline int block_fits(const blk_t *b, size_t bytes, size_t alignment)
 
 /* Best fit among the first blocks of the request's class, else the first
  * block of the next non-empty class (all of which fit). */
+static blk_t *list_find_rest(const slist_t *l, unsigned c, size_t bytes, size_t alignment);
+
 static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
 {
     size_t need = bytes + alignment - UNIT; /* worst-case padding included */
@@ -180,9 +199,16 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
             return best;
     }
     unsigned c2 = next_class(l, c + 1);
-    if (c2 < NCLASS)
+    if (RK_LIKELY(c2 < NCLASS))
         return l->heads[c2];
-    /* Nothing larger: look at the rest of the class before the caller grows. */
+    return list_find_rest(l, c, bytes, alignment);
+}
+
+/* Nothing in a larger class: before the caller grows, the rest of class c,
+ * and class c - 1, where blocks that grew into class c may sit (list_resize). */
+static blk_t *list_find_rest(const slist_t *l, unsigned c, size_t bytes, size_t alignment)
+{
+    blk_t *best = NULL;
     if (l->bitmap[c / 64] & (1ull << (c % 64))) {
         blk_t *b = l->heads[c];
         for (int n = 0; b && n < BEST_FIT_SCAN; n++)
@@ -191,6 +217,10 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
             if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
                 best = b;
     }
+    if (c > 0 && (l->bitmap[(c - 1) / 64] & (1ull << ((c - 1) % 64))))
+        for (blk_t *b = l->heads[c - 1]; b; b = b->fnext)
+            if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
+                best = b;
     return best;
 }
 
@@ -217,29 +247,38 @@ static inline slist_t *list_at(const shard_t *sh, size_t k)
     return (slist_t *)sh->lists[k];
 }
 
-/* Put b (not in any list) into l, merging with free neighbours of the same list. */
+/* Put b (not in any list) into l, merging with free neighbours of the same
+ * list. A free neighbour absorbs b and keeps its place in the list (and its
+ * class, mostly): a pair that frees next to the block it was cut from costs
+ * no list work. */
 static void free_into(shard_t *p, slist_t *l, blk_t *b)
 {
-    blk_t *n = b->next;
-    if (n && n->owner == l) {
-        list_remove(l, n);
-        b->size += n->size;
-        b->next = n->next;
-        if (b->next)
-            b->next->prev = b;
-        desc_free(p, n);
-    }
-    blk_t *v = b->prev;
+    blk_t *n = b->next, *v = b->prev;
     if (v && v->owner == l) {
-        list_remove(l, v);
-        v->size += b->size;
-        v->next = b->next;
-        if (v->next)
-            v->next->prev = v;
+        size_t size = v->size + b->size;
+        v->next = n;
+        if (n)
+            n->prev = v;
         desc_free(p, b);
-        b = v;
+        if (n && n->owner == l) {
+            list_remove(l, n);
+            size += n->size;
+            v->next = n->next;
+            if (v->next)
+                v->next->prev = v;
+            desc_free(p, n);
+        }
+        list_resize(l, v, size);
+    } else if (n && n->owner == l) {
+        n->ptr = b->ptr;
+        n->prev = v;
+        if (v)
+            v->next = n;
+        list_resize(l, n, n->size + b->size);
+        desc_free(p, b);
+    } else {
+        list_insert(l, b);
     }
-    list_insert(l, b);
 }
 
 /* Cut [b->ptr + off, + len) out of b as a free block of list l placed before
@@ -849,6 +888,57 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
     return RANKMEM_SUCCESS;
 }
 
+/* The first `rounded` bytes of b (free in s, aligned) as an allocated
+ * block; the rest keeps b's descriptor and its place in s. NULL when out of
+ * descriptors (b unchanged). */
+static inline blk_t *carve_front(shard_t *sh, slist_t *s, blk_t *b, size_t rounded)
+{
+    if (b->size == rounded) {
+        list_remove(s, b);
+        return b;
+    }
+    blk_t *f = rk_desc_new(sh, sizeof *f);
+    if (RK_UNLIKELY(!f))
+        return NULL;
+    f->ptr = b->ptr;
+    f->size = rounded;
+    f->prev = b->prev;
+    f->next = b;
+    f->owner = NULL;
+    if (f->prev)
+        f->prev->next = f;
+    b->prev = f;
+    b->ptr += rounded;
+    list_resize(s, b, b->size - rounded);
+    return f;
+}
+
+/* The other cases: b is from another stream's list `from`, or needs
+ * padding for its alignment. *b_p: the allocated block. */
+static rankmem_status_t carve_slow(pool_t *p, shard_t *sh, slist_t *s, slist_t *from, blk_t *b,
+                                   size_t rounded, size_t alignment, blk_t **b_p)
+{
+    list_remove(from, b);
+    if (from != s) {
+        /* Taken from another stream after waiting for it: s keeps a grant of
+         * the block; the rest stays with the donor. */
+        size_t g = grant_size(p, rounded + alignment - UNIT, s->takes++);
+        if (b->size > g && !split_back(sh, from, b, g)) {
+            free_into(sh, from, b);
+            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
+        }
+    }
+    size_t pad = (size_t)(-(uintptr_t)b->ptr & (alignment - 1));
+    /* Leftovers stay in the stream's list: ordered on that stream. */
+    if ((pad && !split_front(sh, s, b, pad)) ||
+        (b->size > rounded && !split_back(sh, s, b, rounded))) {
+        free_into(sh, s, b);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
+    }
+    *b_p = b;
+    return RANKMEM_SUCCESS;
+}
+
 static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
                                       rankmem_stream_t stream, void **ptr_p)
 {
@@ -872,26 +962,14 @@ static rankmem_status_t pool_allocate(rankmem_resource_t *mr, size_t bytes, size
             goto out;
         s = list_for(sh, stream, 1); /* find_slow made sure it exists */
     }
-    list_remove(from, b);
-    if (from != s) {
-        /* Taken from another stream after waiting for it: s keeps a grant of
-         * the block; the rest stays with the donor. */
-        size_t g = grant_size(p, rounded + alignment - UNIT, s->takes++);
-        if (b->size > g && !split_back(sh, from, b, g)) {
-            free_into(sh, from, b);
+    if (RK_LIKELY(from == s) && RK_LIKELY(((uintptr_t)b->ptr & (alignment - 1)) == 0)) {
+        b = carve_front(sh, s, b, rounded);
+        if (RK_UNLIKELY(!b)) {
             st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
             goto out;
         }
-        from = s;
-    }
-    size_t pad = (size_t)(-(uintptr_t)b->ptr & (alignment - 1));
-    /* Leftovers stay in the stream's list: ordered on that stream. */
-    if ((pad && !split_front(sh, s, b, pad)) ||
-        (b->size > rounded && !split_back(sh, s, b, rounded))) {
-        free_into(sh, s, b);
-        st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for block descriptors");
+    } else if ((st = carve_slow(p, sh, s, from, b, rounded, alignment, &b)) != RANKMEM_SUCCESS)
         goto out;
-    }
     st = rk_live_add(sh, b->ptr, b, bytes);
     if (RK_UNLIKELY(st != RANKMEM_SUCCESS)) {
         free_into(sh, s, b);
