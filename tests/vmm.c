@@ -218,6 +218,14 @@ static void release_threshold(void)
     ok(b && s.mapped == 3 * mib && s.granules_released == 0,
        "release=4MiB: free granules within the threshold stay mapped");
     rankmem_deallocate(mr, b, 2 * mib, 0);
+    /* trim(keep) stops at keep, whatever the threshold. */
+    is_status(rankmem_resource_trim(mr, mib / 2), RANKMEM_SUCCESS, "trim(512 KiB)");
+    s = stats(mr);
+    ok(s.mapped == mib / 2, "trim keeps 512 KiB mapped (%zu)", s.mapped);
+    void *c = get(mr, mib / 2);
+    ok(c != NULL && stats(mr).granules_mapped == s.granules_mapped,
+       "what trim kept serves a request without mapping");
+    rankmem_deallocate(mr, c, mib / 2, 0);
     rankmem_resource_release(mr);
 }
 
