@@ -52,6 +52,7 @@
 #define MAX_GEOMETRIC_GROWTH ((size_t)1 << 30)
 #define GROWTH_SHIFT 4 /* grow by a sixteenth of what is held: reserved stays within ~1.06x of need */
 #define MAX_GRANT ((size_t)64 << 20) /* what a stream or shard keeps when it takes memory */
+#define LOW_FILED_MIN ((size_t)64 << 20) /* list_resize: blocks this large may sit a class low */
 
 typedef struct blk blk_t;
 typedef struct slist slist_t;
@@ -154,18 +155,22 @@ static inline void list_remove(slist_t *l, blk_t *b)
     l->nfree--;
 }
 
-/* b, free in l, now has new_size bytes. It stays in its list when its
- * class is unchanged, and also when it grew into the next class: a block
- * then sits one class low (list_find_rest looks there), so that a block
- * that is cut and merged back across a class boundary, pair after pair,
- * moves once and not twice a pair. Every block of class k still has at
- * least class k's smallest size, which is what list_find relies on. */
+/* b, free in l, now has new_size bytes. It keeps its place when its class
+ * did not change; a large block (LOW_FILED_MIN) also when it grew into the
+ * next class: it then sits one class low, where list_find looks for it
+ * when the request is that large. So the large free block that pairs are
+ * cut from and merged back into, across a class boundary, moves once and
+ * not twice a pair. Every block of class k still has at least class k's
+ * smallest size, which is what list_find relies on. Only large blocks: for
+ * the others, placement (and the footprint of bench/traces) is unchanged. */
 static inline void list_resize(slist_t *l, blk_t *b, size_t new_size)
 {
     l->free_bytes += new_size - b->size; /* modulo arithmetic: shrinking too */
     b->size = new_size;
     unsigned c = class_of(new_size / UNIT);
-    if (RK_LIKELY(c - b->cls <= 1)) /* c == cls or cls + 1 (unsigned: c < cls is large) */
+    if (RK_LIKELY(c == b->cls))
+        return;
+    if (c == b->cls + 1 && new_size >= LOW_FILED_MIN)
         return;
     list_remove(l, b);
     list_insert(l, b);
@@ -182,6 +187,17 @@ static inline int block_fits(const blk_t *b, size_t bytes, size_t alignment)
  * block of the next non-empty class (all of which fit). */
 static blk_t *list_find_rest(const slist_t *l, unsigned c, size_t bytes, size_t alignment);
 
+/* The smallest block of class c that fits, or best if smaller. */
+static blk_t *best_of_class(const slist_t *l, unsigned c, size_t bytes, size_t alignment,
+                            blk_t *best)
+{
+    if (l->bitmap[c / 64] & (1ull << (c % 64)))
+        for (blk_t *b = l->heads[c]; b; b = b->fnext)
+            if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
+                best = b;
+    return best;
+}
+
 static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
 {
     size_t need = bytes + alignment - UNIT; /* worst-case padding included */
@@ -195,32 +211,28 @@ static blk_t *list_find(const slist_t *l, size_t bytes, size_t alignment)
                 if (b->size == bytes)
                     break;
             }
-        if (best)
-            return best;
     }
+    /* Blocks this large that grew into class c may sit in c - 1 (list_resize). */
+    if (RK_UNLIKELY(need >= LOW_FILED_MIN))
+        best = best_of_class(l, c - 1, bytes, alignment, best);
+    if (best)
+        return best;
     unsigned c2 = next_class(l, c + 1);
     if (RK_LIKELY(c2 < NCLASS))
         return l->heads[c2];
     return list_find_rest(l, c, bytes, alignment);
 }
 
-/* Nothing in a larger class: before the caller grows, the rest of class c,
- * and class c - 1, where blocks that grew into class c may sit (list_resize). */
+/* Nothing in a larger class: the rest of class c before the caller grows. */
 static blk_t *list_find_rest(const slist_t *l, unsigned c, size_t bytes, size_t alignment)
 {
+    blk_t *b = l->heads[c];
+    for (int n = 0; b && n < BEST_FIT_SCAN; n++)
+        b = b->fnext;
     blk_t *best = NULL;
-    if (l->bitmap[c / 64] & (1ull << (c % 64))) {
-        blk_t *b = l->heads[c];
-        for (int n = 0; b && n < BEST_FIT_SCAN; n++)
-            b = b->fnext;
-        for (; b; b = b->fnext)
-            if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
-                best = b;
-    }
-    if (c > 0 && (l->bitmap[(c - 1) / 64] & (1ull << ((c - 1) % 64))))
-        for (blk_t *b = l->heads[c - 1]; b; b = b->fnext)
-            if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
-                best = b;
+    for (; b; b = b->fnext)
+        if (block_fits(b, bytes, alignment) && (!best || b->size < best->size))
+            best = b;
     return best;
 }
 

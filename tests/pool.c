@@ -160,6 +160,31 @@ static void test_exhaustion(void)
     rankmem_resource_release(pool);
 }
 
+/* A large free block that grows back into the next size class after a
+ * pair (pool.c files it a class low then) is still found for a request of
+ * its whole size, without growing. */
+static void test_large_block_class(void)
+{
+    int finalized;
+    counting_t *up;
+    const size_t whole = (size_t)73 << 20, cut = (size_t)2 << 20; /* 73 and 71 MiB: two classes */
+    rankmem_resource_t *pool = pool_over(&up, &finalized, whole, 0);
+    void *a = NULL, *b = NULL, *c = NULL;
+    is_status(rankmem_allocate(pool, cut, 0, &a), RANKMEM_SUCCESS, "large block: a pair's first half");
+    is_status(rankmem_deallocate(pool, a, cut, 0), RANKMEM_SUCCESS, "large block: freed, merged back");
+    for (int i = 0; i < 3; i++) { /* pairs that cut and merge across the class boundary */
+        rankmem_allocate(pool, cut, 0, &c);
+        rankmem_deallocate(pool, c, cut, 0);
+    }
+    is_status(rankmem_allocate(pool, whole, 0, &b), RANKMEM_SUCCESS, "large block: all of it at once");
+    ok(b == a, "large block: it is the one block (%p, %p)", b, a);
+    ok(up->allocs == 1, "large block: found without growing (%zu upstream allocations)", up->allocs);
+    rankmem_deallocate(pool, b, whole, 0);
+    rankmem_resource_release(&up->base);
+    rankmem_resource_release(pool);
+    ok(finalized, "large block: chain released");
+}
+
 static void test_growth_and_trim(void)
 {
     int finalized;
@@ -344,6 +369,7 @@ int main(void)
     random_run(42, 1 << 20, 20000); /* small: many out-of-memory */
     random_run(20261122, 64 << 20, 40000);
     test_exhaustion();
+    test_large_block_class();
     test_growth_and_trim();
     test_bad_inputs();
     test_deallocate_many();
