@@ -630,8 +630,14 @@ static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
         char *a0 = (char *)(((uintptr_t)b->ptr + gmask) & ~gmask);
         char *a1 = (char *)(((uintptr_t)b->ptr + b->size) & ~gmask);
         size_t over = p->held - keep;
-        if ((size_t)(a1 - a0) > over) /* give back only what is over */
+        if (p->backing->fit) { /* whole handles only, all of them */
+            size_t len = (size_t)(a1 - a0);
+            if (!p->backing->fit(p->bctx, &a0, &len))
+                continue;
+            a1 = a0 + len;
+        } else if ((size_t)(a1 - a0) > over) { /* give back only what is over */
             a1 = a0 + ((over + gmask) & ~gmask);
+        }
         list_remove(t, b);
         if ((a1 < b->ptr + b->size && !split_back(sh, t, b, (size_t)(a1 - b->ptr))) ||
             (a0 > b->ptr && !split_front(sh, t, b, (size_t)(a0 - b->ptr)))) {

@@ -24,6 +24,9 @@ typedef struct rk_pool_backing {
     rankmem_status_t (*grow)(void *ctx, size_t bytes, char **ptr_p, size_t *size_p);
     /* Give back [ptr, ptr + bytes): granule-aligned, mapped, wholly free. */
     rankmem_status_t (*shrink)(void *ctx, char *ptr, size_t bytes);
+    /* Optional: narrow [*ptr_p, + *bytes_p) (granule-aligned) to what
+     * shrink can take (whole physical handles); 0 when nothing. */
+    int (*fit)(void *ctx, char **ptr_p, size_t *bytes_p);
     size_t granule; /* a power of two, at least 256 */
     /* Free mapped bytes kept when giving back at growth. */
     size_t release;

@@ -326,6 +326,8 @@ static rankmem_status_t build_vmm(const spec_node_t *n, rankmem_resource_t *up,
         prm.granule = v->size;
     if ((v = val(n, "backend"))->set)
         prm.backend = v->num ? RANKMEM_VMM_BACKEND_HOST : RANKMEM_VMM_BACKEND_DEVICE;
+    if ((v = val(n, "handle"))->set)
+        prm.handle = v->size;
     return rankmem_vmm_create(&prm, mr_p);
 }
 
@@ -402,7 +404,8 @@ static const spec_kind_t kinds[] = {
       {"max", V_SIZE, 0, "unbounded", NULL},
       {"release", V_SIZE, 0, "0", NULL},
       {"granule", V_SIZE, 0, "the device's (host: 2MiB)", NULL},
-      {"backend", V_ENUM, 0, "device", "device|host"}},
+      {"backend", V_ENUM, 0, "device", "device|host"},
+      {"handle", V_SIZE, 0, "one granule", NULL}},
      check_vmm, build_vmm},
 };
 
@@ -741,10 +744,14 @@ static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n)
 /* Granules are powers of two (the device's, or a multiple of it). */
 static rankmem_status_t check_vmm(parser_t *p, const spec_node_t *n)
 {
-    const spec_val_t *g = val(n, "granule"), *m = val(n, "max");
+    const spec_val_t *g = val(n, "granule"), *m = val(n, "max"), *h = val(n, "handle");
     if (g->set && (!rk_is_pow2(g->size) || g->size < 4096))
         return fail(p, g->vpos, "vmm.granule must be a power of two of at least 4KiB, not %zu",
                     g->size);
+    if (h->set && (!rk_is_pow2(h->size) || h->size < 4096 || (g->set && h->size < g->size)))
+        return fail(p, h->vpos,
+                    "vmm.handle must be a power of two of at least the granule, not %zu",
+                    h->size);
     if (p->check_only && m->set && memchr(m->text, '%', m->len))
         return RANKMEM_SUCCESS; /* its bytes are known only when it is built */
     if (m->set && m->size == 0)

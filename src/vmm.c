@@ -72,6 +72,15 @@ static rankmem_status_t vmm_grow(void *ctx, size_t bytes, char **ptr_p, size_t *
     return st;
 }
 
+static int vmm_fit(void *ctx, char **ptr_p, size_t *bytes_p)
+{
+    vmm_t *v = ctx;
+    pthread_mutex_lock(&v->map_lock);
+    int fits = rk_vmm_map_fit(v->map, ptr_p, bytes_p);
+    pthread_mutex_unlock(&v->map_lock);
+    return fits;
+}
+
 static rankmem_status_t vmm_shrink(void *ctx, char *ptr, size_t bytes)
 {
     vmm_t *v = ctx;
@@ -213,7 +222,8 @@ static int vmm_describe(const rankmem_resource_t *mr, char *buf, size_t len)
     } f[] = {{"reserve", v->prm.reserve, 0},
              {"max", v->prm.maximum, SIZE_MAX},
              {"release", v->prm.release, 0},
-             {"granule", v->prm.granule, 0}};
+             {"granule", v->prm.granule, 0},
+             {"handle", v->prm.handle, 0}};
     if (v->prm.backend == RANKMEM_VMM_BACKEND_HOST)
         o += (size_t)snprintf(opts + o, sizeof opts - o, ",backend=host");
     for (size_t i = 0; i < sizeof f / sizeof f[0]; i++)
@@ -285,6 +295,11 @@ rankmem_status_t rankmem_vmm_create(const rankmem_vmm_params_t *params, rankmem_
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
                         "rankmem_vmm_create: granule %zu is not a power of two of at least 4 KiB",
                         prm.granule);
+    if (prm.handle && (!rk_is_pow2(prm.handle) || (prm.granule && prm.handle < prm.granule)))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_vmm_create: handle %zu is not a power of two of at least the "
+                        "granule",
+                        prm.handle);
     if (prm.reserve > SIZE_MAX / 4)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
                         "rankmem_vmm_create: reserve of %zu bytes is too large", prm.reserve);
@@ -331,7 +346,8 @@ rankmem_status_t rankmem_vmm_create(const rankmem_vmm_params_t *params, rankmem_
     v->base.device = device;
     v->prm = prm;
     pthread_mutex_init(&v->map_lock, NULL);
-    st = rk_vmm_map_create(backend, device, reserve, prm.granule, prm.maximum, &v->map);
+    st = rk_vmm_map_create(backend, device, reserve, prm.granule, prm.handle, prm.maximum,
+                           &v->map);
     if (st != RANKMEM_SUCCESS) {
         pthread_mutex_destroy(&v->map_lock);
         free(v);
@@ -339,6 +355,8 @@ rankmem_status_t rankmem_vmm_create(const rankmem_vmm_params_t *params, rankmem_
     }
     v->backing.grow = vmm_grow;
     v->backing.shrink = vmm_shrink;
+    if (prm.handle > v->backing.granule)
+        v->backing.fit = vmm_fit;
     v->backing.granule = rk_vmm_map_granule(v->map);
     v->backing.release = prm.release;
     v->small_max = v->backing.granule / 4;
@@ -401,6 +419,7 @@ rankmem_status_t rankmem_vmm_get_stats(rankmem_resource_t *mr, rankmem_vmm_stats
     pthread_mutex_unlock(&v->map_lock);
     s.granules_mapped = c.maps;
     s.granules_released = c.releases;
+    s.handles_created = c.creates;
     memcpy(stats_p, &s, s.size);
     return RANKMEM_SUCCESS;
 }

@@ -34,7 +34,12 @@ struct rk_vmm_map {
     size_t frontier;           /* granules at and above it were never mapped */
     hole_t *holes;             /* unmapped spans below the frontier, sorted, disjoint */
     size_t nholes, cap_holes;
-    uint64_t *handles;         /* per granule (GPU backends); host: unused */
+    uint64_t *handles;         /* per extent's first granule (GPU backends); host: unused */
+    /* Extents: one physical handle may cover up to hmax granules (fewer
+     * creates when growing; given back only whole). With hmax 1 every
+     * granule is its own extent and ext_len stays NULL. */
+    size_t hmax;
+    uint32_t *ext_len; /* at an extent's first granule: its length; elsewhere 0 */
     size_t mapped, mapped_high, maximum;
     int memfd;                 /* host */
     size_t fail_at, fail_count; /* host: the map call that fails (countdown), how many */
@@ -43,7 +48,7 @@ struct rk_vmm_map {
 
 /* ---- backends: create+map one granule, unmap+release it, set access ---- */
 
-static rankmem_status_t host_map1(rk_vmm_map_t *m, size_t g)
+static rankmem_status_t host_map(rk_vmm_map_t *m, size_t g, size_t n)
 {
     if (m->fail_at && --m->fail_at == 0) {
         if (--m->fail_count)
@@ -52,25 +57,25 @@ static rankmem_status_t host_map1(rk_vmm_map_t *m, size_t g)
                         "vmm: host backend: injected failure mapping granule %zu", g);
     }
     m->n.creates++;
-    void *p = mmap(m->base + g * m->granule, m->granule, PROT_READ | PROT_WRITE,
+    void *p = mmap(m->base + g * m->granule, n * m->granule, PROT_READ | PROT_WRITE,
                    MAP_SHARED | MAP_FIXED, m->memfd, (off_t)(g * m->granule));
     if (p == MAP_FAILED)
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: host backend: mmap of granule %zu: %s", g,
                         strerror(errno));
-    m->n.maps++;
+    m->n.maps += n;
     return RANKMEM_SUCCESS;
 }
 
-static void host_unmap1(rk_vmm_map_t *m, size_t g)
+static void host_unmap(rk_vmm_map_t *m, size_t g, size_t n)
 {
     /* Back to an inaccessible reservation, and the file's pages freed: the
      * same effect as cuMemUnmap + cuMemRelease on the memory used. */
-    (void)mmap(m->base + g * m->granule, m->granule, PROT_NONE,
+    (void)mmap(m->base + g * m->granule, n * m->granule, PROT_NONE,
                MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_NORESERVE, -1, 0);
     (void)fallocate(m->memfd, FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
-                    (off_t)(g * m->granule), (off_t)m->granule);
-    m->n.unmaps++;
-    m->n.releases++;
+                    (off_t)(g * m->granule), (off_t)(n * m->granule));
+    m->n.unmaps += n;
+    m->n.releases += n;
 }
 
 #if HAVE_CUDA
@@ -196,70 +201,87 @@ static rankmem_status_t hip_set_access(int device, char *ptr, size_t bytes)
 }
 #endif
 
-static rankmem_status_t map1(rk_vmm_map_t *m, size_t g)
+/* Granules in the extent that starts at g. */
+static inline size_t ext_of(const rk_vmm_map_t *m, size_t g)
 {
-    if (m->backend == RK_VMM_HOST)
-        return host_map1(m, g);
-    char *ptr = m->base + g * m->granule;
-#if HAVE_CUDA
-    CUmemAllocationProp prop;
-    cu_prop(&prop, m->device, m->exportable);
-    CUmemGenericAllocationHandle h;
-    CUresult r = cu.create(&h, m->granule, &prop, 0);
-    if (r != CUDA_SUCCESS)
-        return cu_fail(r, "cuMemCreate", m->granule);
-    m->n.creates++;
-    r = cu.map((CUdeviceptr)(uintptr_t)ptr, m->granule, 0, h, 0);
-    if (r != CUDA_SUCCESS) {
-        cu.release(h);
-        m->n.releases++;
-        return cu_fail(r, "cuMemMap", m->granule);
-    }
-    m->n.maps++;
-    m->handles[g] = (uint64_t)h;
-    return RANKMEM_SUCCESS;
-#elif HAVE_HIP
-    hipMemAllocationProp prop;
-    hip_prop(&prop, m->device, m->exportable);
-    hipMemGenericAllocationHandle_t h;
-    hipError_t r = hipMemCreate(&h, m->granule, &prop, 0);
-    if (r != hipSuccess)
-        return hip_fail(r, "hipMemCreate", m->granule);
-    m->n.creates++;
-    r = hipMemMap(ptr, m->granule, 0, h, 0);
-    if (r != hipSuccess) {
-        (void)hipMemRelease(h);
-        m->n.releases++;
-        return hip_fail(r, "hipMemMap", m->granule);
-    }
-    m->n.maps++;
-    m->handles[g] = (uint64_t)(uintptr_t)h;
-    return RANKMEM_SUCCESS;
-#else
-    (void)ptr;
-    return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "vmm: built without a GPU runtime");
-#endif
+    return m->ext_len ? m->ext_len[g] : 1;
 }
 
-static void unmap1(rk_vmm_map_t *m, size_t g)
+/* One physical handle of n granules, mapped at granule g. */
+static rankmem_status_t map_ext(rk_vmm_map_t *m, size_t g, size_t n)
 {
-    if (m->backend == RK_VMM_HOST) {
-        host_unmap1(m, g);
-        return;
-    }
+    rankmem_status_t st = RANKMEM_SUCCESS;
     char *ptr = m->base + g * m->granule;
+    size_t bytes = n * m->granule;
+    if (m->backend == RK_VMM_HOST) {
+        st = host_map(m, g, n);
+    } else {
 #if HAVE_CUDA
-    (void)cu.unmap((CUdeviceptr)(uintptr_t)ptr, m->granule);
-    (void)cu.release((CUmemGenericAllocationHandle)m->handles[g]);
+        CUmemAllocationProp prop;
+        cu_prop(&prop, m->device, m->exportable);
+        CUmemGenericAllocationHandle h;
+        CUresult r = cu.create(&h, bytes, &prop, 0);
+        if (r != CUDA_SUCCESS)
+            return cu_fail(r, "cuMemCreate", bytes);
+        m->n.creates++;
+        r = cu.map((CUdeviceptr)(uintptr_t)ptr, bytes, 0, h, 0);
+        if (r != CUDA_SUCCESS) {
+            cu.release(h);
+            m->n.releases += n;
+            return cu_fail(r, "cuMemMap", bytes);
+        }
+        m->n.maps += n;
+        m->handles[g] = (uint64_t)h;
 #elif HAVE_HIP
-    (void)hipMemUnmap(ptr, m->granule);
-    (void)hipMemRelease((hipMemGenericAllocationHandle_t)(uintptr_t)m->handles[g]);
+        hipMemAllocationProp prop;
+        hip_prop(&prop, m->device, m->exportable);
+        hipMemGenericAllocationHandle_t h;
+        hipError_t r = hipMemCreate(&h, bytes, &prop, 0);
+        if (r != hipSuccess)
+            return hip_fail(r, "hipMemCreate", bytes);
+        m->n.creates++;
+        r = hipMemMap(ptr, bytes, 0, h, 0);
+        if (r != hipSuccess) {
+            (void)hipMemRelease(h);
+            m->n.releases += n;
+            return hip_fail(r, "hipMemMap", bytes);
+        }
+        m->n.maps += n;
+        m->handles[g] = (uint64_t)(uintptr_t)h;
 #else
-    (void)ptr;
+        (void)ptr;
+        (void)bytes;
+        return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "vmm: built without a GPU runtime");
 #endif
-    m->handles[g] = 0;
-    m->n.unmaps++;
-    m->n.releases++;
+    }
+    if (st == RANKMEM_SUCCESS && m->ext_len)
+        m->ext_len[g] = (uint32_t)n;
+    return st;
+}
+
+/* Unmap and release the extent that starts at g. */
+static void unmap_ext(rk_vmm_map_t *m, size_t g)
+{
+    size_t n = ext_of(m, g);
+    char *ptr = m->base + g * m->granule;
+    if (m->backend == RK_VMM_HOST) {
+        host_unmap(m, g, n);
+    } else {
+#if HAVE_CUDA
+        (void)cu.unmap((CUdeviceptr)(uintptr_t)ptr, n * m->granule);
+        (void)cu.release((CUmemGenericAllocationHandle)m->handles[g]);
+#elif HAVE_HIP
+        (void)hipMemUnmap(ptr, n * m->granule);
+        (void)hipMemRelease((hipMemGenericAllocationHandle_t)(uintptr_t)m->handles[g]);
+#else
+        (void)ptr;
+#endif
+        m->handles[g] = 0;
+        m->n.unmaps += n;
+        m->n.releases += n;
+    }
+    if (m->ext_len)
+        m->ext_len[g] = 0;
 }
 
 static rankmem_status_t set_access(rk_vmm_map_t *m, char *ptr, size_t bytes)
@@ -383,7 +405,8 @@ static size_t device_granule(rk_vmm_backend_t backend, int device, int *exportab
 /* ---- the map ---- */
 
 rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t reserve,
-                                   size_t granule, size_t maximum, rk_vmm_map_t **map_p)
+                                   size_t granule, size_t handle, size_t maximum,
+                                   rk_vmm_map_t **map_p)
 {
     const char *why = "";
     if (!rk_vmm_backend_available(backend, device, &why))
@@ -409,6 +432,9 @@ rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t 
     if (reserve > SIZE_MAX / 2)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "vmm: reserve of %zu bytes is too large",
                         reserve);
+    if (handle && (handle < granule || handle % granule || handle / granule > UINT32_MAX))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "vmm: handle %zu is not a multiple of the granule %zu", handle, granule);
     reserve = rk_align_up(reserve ? reserve : granule, granule);
     rk_vmm_map_t *m = calloc(1, sizeof *m);
     if (!m)
@@ -420,8 +446,15 @@ rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t 
     m->ngranules = reserve / granule;
     m->maximum = maximum;
     m->memfd = -1;
+    m->hmax = handle ? handle / granule : 1;
+    if (m->hmax > 1 && !(m->ext_len = calloc(m->ngranules, sizeof *m->ext_len))) {
+        free(m);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: no host memory for %zu extents",
+                        reserve / granule);
+    }
     rankmem_status_t st = RANKMEM_SUCCESS;
     if (backend != RK_VMM_HOST && !(m->handles = calloc(m->ngranules, sizeof *m->handles))) {
+        free(m->ext_len);
         free(m);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: no host memory for %zu granule handles",
                         reserve / granule);
@@ -471,6 +504,7 @@ rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t 
         if (m->memfd >= 0)
             close(m->memfd);
         free(m->handles);
+        free(m->ext_len);
         free(m);
         return st;
     }
@@ -490,7 +524,9 @@ void rk_vmm_map_destroy(rk_vmm_map_t *m)
             g += m->holes[h++].count;
             continue;
         }
-        unmap1(m, g++);
+        size_t n = ext_of(m, g);
+        unmap_ext(m, g);
+        g += n;
     }
     size_t bytes = m->ngranules * m->granule;
     if (m->backend == RK_VMM_HOST) {
@@ -506,6 +542,7 @@ void rk_vmm_map_destroy(rk_vmm_map_t *m)
 #endif
     free(m->holes);
     free(m->handles);
+    free(m->ext_len);
     free(m);
 }
 
@@ -600,14 +637,20 @@ rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *m, size_t bytes, char **ptr_p, si
     }
     size_t done = 0;
     rankmem_status_t st = RANKMEM_SUCCESS;
-    for (; done < n; done++)
-        if ((st = map1(m, start + done)) != RANKMEM_SUCCESS)
+    while (done < n) {
+        size_t k = n - done < m->hmax ? n - done : m->hmax;
+        if ((st = map_ext(m, start + done, k)) != RANKMEM_SUCCESS)
             break;
+        done += k;
+    }
     if (st == RANKMEM_SUCCESS)
         st = set_access(m, m->base + start * m->granule, size);
     if (st != RANKMEM_SUCCESS) {
-        while (done > 0)
-            unmap1(m, start + --done);
+        for (size_t g = start; g < start + done;) {
+            size_t k = ext_of(m, g);
+            unmap_ext(m, g);
+            g += k;
+        }
         return st;
     }
     if (hole != SIZE_MAX) {
@@ -643,11 +686,37 @@ rankmem_status_t rk_vmm_map_shrink(rk_vmm_map_t *m, char *ptr, size_t bytes)
         m->cap_holes = cap;
     }
     size_t g0 = off / m->granule, n = bytes / m->granule;
-    for (size_t g = g0; g < g0 + n; g++)
-        unmap1(m, g);
+    /* Whole extents only (rk_vmm_map_fit says which). */
+    for (size_t g = g0; m->ext_len && g < g0 + n; g += m->ext_len[g])
+        if (!m->ext_len[g] || g + m->ext_len[g] > g0 + n)
+            return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                            "vmm: [%p, +%zu) does not cover whole handles", (void *)ptr, bytes);
+    for (size_t g = g0; g < g0 + n;) {
+        size_t k = ext_of(m, g);
+        unmap_ext(m, g);
+        g += k;
+    }
     (void)hole_add(m, g0, n); /* cannot fail: room was made above */
     m->mapped -= bytes;
     return RANKMEM_SUCCESS;
+}
+
+int rk_vmm_map_fit(const rk_vmm_map_t *m, char **ptr_p, size_t *bytes_p)
+{
+    if (!m->ext_len)
+        return *bytes_p > 0;
+    size_t g0 = (size_t)(*ptr_p - m->base) / m->granule, g1 = g0 + *bytes_p / m->granule;
+    size_t g = g0;
+    /* Skip to the first extent that starts inside (granules of an extent
+     * that started before have ext_len 0: walk to the next start). */
+    while (g < g1 && !m->ext_len[g])
+        g++;
+    size_t end = g;
+    while (end < g1 && m->ext_len[end] && end + m->ext_len[end] <= g1)
+        end += m->ext_len[end];
+    *ptr_p = m->base + g * m->granule;
+    *bytes_p = (end - g) * m->granule;
+    return end > g;
 }
 
 /* ---- export and import ---- */
@@ -659,6 +728,11 @@ rankmem_status_t rk_vmm_map_export(rk_vmm_map_t *m, char *ptr, size_t bytes, int
     if (!m->exportable)
         return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
                         "vmm: the device cannot export memory as POSIX file descriptors");
+    /* A handle is mapped whole (the offset of cuMemMap must be 0): export
+     * describes granules, so it needs one handle per granule. */
+    if (m->backend != RK_VMM_HOST && m->hmax > 1)
+        return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
+                        "vmm: export needs one handle per granule (handle= equal to granule=)");
     (void)bytes;
     size_t i = 0;
     rankmem_status_t st = RANKMEM_SUCCESS;

@@ -34,9 +34,12 @@ typedef struct rk_vmm_map rk_vmm_map_t;
 
 /* A new map: backend, device (ignored by host), bytes of virtual range to
  * reserve (rounded up to granules), granule (0: the device's recommended
- * granularity; host: 2 MiB), maximum mapped bytes (SIZE_MAX: none). */
+ * granularity; host: 2 MiB), the largest physical handle (0 or granule: one
+ * per granule; a multiple of granule: growths map handles of up to that
+ * size, fewer calls, and only whole handles go back), maximum mapped bytes
+ * (SIZE_MAX: none). */
 RK_HIDDEN rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t reserve,
-                                             size_t granule, size_t maximum,
+                                             size_t granule, size_t handle, size_t maximum,
                                              rk_vmm_map_t **map_p);
 /* Unmaps and releases everything, frees the reservation. */
 RK_HIDDEN void rk_vmm_map_destroy(rk_vmm_map_t *map);
@@ -62,9 +65,13 @@ RK_HIDDEN void rk_vmm_map_fail_at(rk_vmm_map_t *map, size_t nth, size_t count);
  * nothing stays mapped. One access call covers the whole new range. */
 RK_HIDDEN rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *map, size_t bytes, char **ptr_p,
                                            size_t *size_p);
-/* Unmap and release the granules of [ptr, ptr + bytes), both granule-aligned
- * and mapped; the span becomes a hole. */
+/* Unmap and release the granules of [ptr, ptr + bytes): granule-aligned,
+ * mapped, whole handles; the span becomes a hole. */
 RK_HIDDEN rankmem_status_t rk_vmm_map_shrink(rk_vmm_map_t *map, char *ptr, size_t bytes);
+
+/* Narrow [*ptr_p, + *bytes_p) (granule-aligned, mapped) to the whole
+ * handles inside it, which shrink can give back; 0 when there is none. */
+RK_HIDDEN int rk_vmm_map_fit(const rk_vmm_map_t *map, char **ptr_p, size_t *bytes_p);
 
 /* Export the granules covering [ptr, ptr + bytes) (mapped): count fds (new,
  * the caller's to close) and the offset of each granule in its fd's object. */

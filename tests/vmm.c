@@ -229,6 +229,50 @@ static void release_threshold(void)
     rankmem_resource_release(mr);
 }
 
+/* handle=: growths map handles of up to 4 granules; only whole ones go back. */
+static void handles(void)
+{
+    rankmem_vmm_params_t prm;
+    rankmem_vmm_params_default(&prm);
+    prm.backend = RANKMEM_VMM_BACKEND_HOST;
+    prm.granule = G;
+    prm.handle = 4 * G;
+    prm.reserve = (size_t)1 << 30;
+    rankmem_resource_t *mr = NULL;
+    is_status(rankmem_vmm_create(&prm, &mr), RANKMEM_SUCCESS, "handle=256KiB");
+    if (!mr)
+        return;
+    char *x = get(mr, 8 * G);
+    rankmem_vmm_stats_t s = stats(mr);
+    ok(x && s.handles_created == 2 && s.granules_mapped == 8,
+       "8 granules in 2 handles (%zu handles)", s.handles_created);
+    char *y = get(mr, G);
+    ok(y && stats(mr).handles_created == 3, "a 1-granule growth: a handle of 1 granule");
+    memset(x, 1, 8 * G);
+    rankmem_deallocate(mr, x, 8 * G, 0);
+    char *z = get(mr, 16 * G);
+    s = stats(mr);
+    ok(z && s.granules_released == 8, "x's 2 handles went back whole (%zu granules)",
+       s.granules_released);
+    ok(s.mapped == 17 * G, "mapped: y and z (%zu)", s.mapped);
+    char desc[160];
+    rankmem_resource_describe(mr, desc, sizeof desc, NULL);
+    ok(strstr(desc, "handle=256KiB") != NULL, "describe: %s", desc);
+    rankmem_deallocate(mr, y, G, 0);
+    rankmem_deallocate(mr, z, 16 * G, 0);
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "trim");
+    ok(stats(mr).mapped == 0, "trim: every handle back");
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "release");
+    prm.handle = 3 * G;
+    is_status(rankmem_vmm_create(&prm, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "handle not a power of two");
+    prm.handle = G / 2;
+    is_status(rankmem_vmm_create(&prm, &mr), RANKMEM_ERR_INVALID_ARGUMENT,
+              "handle below the granule");
+    is_status(rankmem_resource_from_spec("vmm(backend=host,granule=64KiB,handle=32KiB)", &mr),
+              RANKMEM_ERR_CONFIG, "spec: handle below the granule");
+}
+
 static void maximum_and_failures(void)
 {
     size_t mib = (size_t)1 << 20;
@@ -453,6 +497,7 @@ int main(void)
     placement_and_coalescing();
     give_back_and_holes();
     release_threshold();
+    handles();
     maximum_and_failures();
     specs();
     export_import();

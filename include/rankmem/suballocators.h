@@ -98,10 +98,13 @@ typedef struct rankmem_vmm_params {
     size_t granule; /* 0 = the device's recommended granularity (host: 2 MiB); else a
                        multiple of it (host: a power of two, at least 4 KiB) */
     int backend;    /* RANKMEM_VMM_BACKEND_* */
+    size_t handle;  /* largest physical allocation: 0 = one granule. A multiple of the
+                       granule maps growths in fewer, larger handles (fewer driver calls)
+                       that go back only whole; export then needs 0 (GPU backends) */
 } rankmem_vmm_params_t;
 
 /* Default params: reserve 0 (automatic), maximum SIZE_MAX, release 0,
- * granule 0 (the device's), backend DEVICE. */
+ * granule 0 (the device's), backend DEVICE, handle 0 (one per granule). */
 RANKMEM_API rankmem_status_t rankmem_vmm_params_default(rankmem_vmm_params_t *params_p);
 
 /* params NULL = defaults. Backend DEVICE without a GPU: RANKMEM_ERR_NO_DEVICE
@@ -120,6 +123,7 @@ typedef struct rankmem_vmm_stats {
     size_t granules_mapped;   /* granules mapped so far (each a create + map) */
     size_t granules_released; /* granules unmapped and released so far */
     size_t give_backs;        /* times free granules were given back */
+    size_t handles_created;   /* physical allocations made (cuMemCreate calls) */
 } rankmem_vmm_stats_t;
 
 /* The counters of the vmm resource of mr's chain (mr may be e.g. stats>vmm). */
