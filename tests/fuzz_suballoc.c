@@ -246,6 +246,8 @@ static rankmem_status_t build(int which, unsigned cfg, rankmem_resource_t *up,
         p.reserve = (size_t)256 << 20;
         p.maximum = (cfg & 4) ? (size_t)8 << 20 : SIZE_MAX;
         p.release = (cfg & 8) ? (size_t)1 << 20 : 0;
+        if (!(cfg & 0x10)) /* handles of 1, 2, 4 or 8 granules */
+            p.handle = p.granule << (cfg >> 5 & 3);
         rankmem_status_t st = rankmem_vmm_create(&p, mr_p);
         /* Map failures now and then: one, retried inside, or a run of them. */
         if (st == RANKMEM_SUCCESS && (cfg & 0x10) && rankmem_vmm_inject_map_failure)
