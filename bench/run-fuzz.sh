@@ -7,7 +7,7 @@
 #
 #   bench/run-fuzz.sh [--ops N] [--jobs J] [--dir DIR] [RESOURCE...]
 #
-#   RESOURCE   pool, arena, binning, caching, fixed (default: all five)
+#   RESOURCE   pool, arena, binning, caching, fixed, vmm (default: all six)
 #   --ops N    operations per resource (default 10000000; e.g. 200000 for a smoke run)
 #   --jobs J   resources fuzzed at once (default 1)
 #   --dir DIR  build and corpus directory (default ${TMPDIR:-/tmp}/rankmem-fuzz)
@@ -21,7 +21,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 ops=10000000
 jobs=1
 dir=${TMPDIR:-/tmp}/rankmem-fuzz
-all="pool arena binning caching fixed"
+all="pool arena binning caching fixed vmm"
 resources=
 
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }

@@ -2,12 +2,12 @@
 # ThreadSanitizer run of the 8-thread stress tests of every resource: an
 # out-of-tree build with -fsanitize=thread (no CUDA: the tests run over host
 # memory, and the CUDA runtime is not instrumented), then tests/stress.t
-# (pool, arena, binning, caching and fixed, 8 threads each) and the thread
-# tests of tests/threads.t (pool), fixed.t, binning.t, caching.t and arena.t.
+# (pool, arena, binning, caching, fixed and vmm, 8 threads each) and the thread
+# tests of tests/threads.t (pool), fixed.t, binning.t, caching.t, arena.t and vmm.t.
 #
 #   bench/run-tsan.sh [--long] [--dir DIR] [--jobs J] [TEST...]
 #
-#   TEST       stress, threads, fixed, binning, caching, arena (default: all)
+#   TEST       stress, threads, fixed, binning, caching, arena, vmm (default: all)
 #   --long     the long forms: stress.t 200,000 operations a thread,
 #              caching.t and arena.t --long
 #   --dir DIR  build directory (default ${TMPDIR:-/tmp}/rankmem-tsan)
@@ -22,7 +22,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TMPDIR:-/tmp}/rankmem-tsan
 long=0
 jobs=2
-all="stress threads fixed binning caching arena"
+all="stress threads fixed binning caching arena vmm"
 tests=
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do

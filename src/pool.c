@@ -35,6 +35,7 @@
 #include "internal.h"
 #include "config_internal.h"
 #include "blocks.h"
+#include "pool_backed.h"
 
 #include <limits.h>
 #include <pthread.h>
@@ -90,6 +91,11 @@ typedef struct {
     size_t nchunks, cap_chunks;
     size_t held, held_high;
     shard_t *shards; /* NSHARDS, 64-byte aligned */
+    /* Backed pools (pool_backed.h): no upstream, no chunks; under grow_lock. */
+    const rk_pool_backing_t *backing;
+    void *bctx;
+    size_t live_high;           /* peak live bytes seen when growing */
+    size_t give_backs, given;   /* times memory was given back, bytes */
 } pool_t;
 
 /* ---- size classes ---- */
@@ -557,6 +563,156 @@ out:
     unlock_all(p);
 }
 
+/* ---- backed pools (pool_backed.h): giving granules back ---- */
+
+typedef struct {
+    shard_t *sh;
+    slist_t *t;
+    blk_t *b;
+} cut_t;
+
+/* Mapped bytes a backed pool may hold: the peak live plus a sixty-fourth,
+ * or plus the release threshold when that is larger. */
+static size_t backed_budget(const pool_t *p)
+{
+    size_t slack = p->live_high >> 6;
+    if (slack < p->backing->release)
+        slack = p->backing->release;
+    return p->live_high > SIZE_MAX - slack ? SIZE_MAX : p->live_high + slack;
+}
+
+/* Give back the granule-aligned interiors of free blocks while more than
+ * keep bytes are mapped; the pieces around each interior stay free, cut off
+ * from it (the unmapped span is a hole between them). Caller holds every
+ * shard lock and grow_lock. */
+static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
+{
+    if (p->held <= keep)
+        return RANKMEM_SUCCESS;
+    /* Kernels may still use what was freed on a stream: giving back may
+     * synchronise (growing never does). */
+    rankmem_status_t st = sync_free_streams(p);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    const uintptr_t gmask = (uintptr_t)p->backing->granule - 1;
+    size_t n = 0, cap = 0;
+    cut_t *cuts = NULL;
+    for (int i = 0; i < NSHARDS; i++)
+        for (size_t k = 0; k < p->shards[i].nlists; k++) {
+            slist_t *t = list_at(&p->shards[i], k);
+            for (unsigned c = next_class(t, 0); c < NCLASS; c = next_class(t, c + 1))
+                for (blk_t *b = t->heads[c]; b; b = b->fnext) {
+                    uintptr_t a0 = ((uintptr_t)b->ptr + gmask) & ~gmask;
+                    uintptr_t a1 = ((uintptr_t)b->ptr + b->size) & ~gmask;
+                    if (a1 <= a0)
+                        continue;
+                    if (n == cap) {
+                        size_t nc = cap ? cap * 2 : 64;
+                        cut_t *x = realloc(cuts, nc * sizeof *x);
+                        if (!x) {
+                            free(cuts);
+                            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
+                                            "pool: no host memory to give memory back");
+                        }
+                        cuts = x;
+                        cap = nc;
+                    }
+                    cuts[n].sh = &p->shards[i];
+                    cuts[n].t = t;
+                    cuts[n++].b = b;
+                }
+        }
+    size_t given = 0;
+    for (size_t i = 0; i < n && p->held > keep; i++) {
+        shard_t *sh = cuts[i].sh;
+        slist_t *t = cuts[i].t;
+        blk_t *b = cuts[i].b;
+        char *a0 = (char *)(((uintptr_t)b->ptr + gmask) & ~gmask);
+        char *a1 = (char *)(((uintptr_t)b->ptr + b->size) & ~gmask);
+        size_t over = p->held - keep;
+        if (p->backing->fit) { /* whole handles only, all of them */
+            size_t len = (size_t)(a1 - a0);
+            if (!p->backing->fit(p->bctx, &a0, &len))
+                continue;
+            a1 = a0 + len;
+        } else if ((size_t)(a1 - a0) > over) { /* give back only what is over */
+            a1 = a0 + ((over + gmask) & ~gmask);
+        }
+        list_remove(t, b);
+        if ((a1 < b->ptr + b->size && !split_back(sh, t, b, (size_t)(a1 - b->ptr))) ||
+            (a0 > b->ptr && !split_front(sh, t, b, (size_t)(a0 - b->ptr)))) {
+            free_into(sh, t, b); /* no descriptor: leave it mapped */
+            continue;
+        }
+        st = p->backing->shrink(p->bctx, b->ptr, b->size);
+        if (st != RANKMEM_SUCCESS) {
+            free_into(sh, t, b);
+            break;
+        }
+        __atomic_store_n(&p->held, p->held - b->size, __ATOMIC_RELAXED);
+        given += b->size;
+        cut_links(b);
+        desc_free(sh, b);
+    }
+    free(cuts);
+    if (given) {
+        p->give_backs++;
+        p->given += given;
+    }
+    return st;
+}
+
+/* Whether growing a backed pool by need bytes (no shard lock held) would
+ * put its mapped bytes past the budget. The budget follows the peak of the
+ * live bytes, the request included; summing the shards' live bytes needs
+ * every lock, so that is done only when the last known peak does not
+ * already allow the growth. */
+static int backed_over_budget(pool_t *p, size_t need)
+{
+    size_t add = rk_align_up(need, p->backing->granule);
+    pthread_mutex_lock(&p->grow_lock);
+    int fits = p->held + add <= backed_budget(p);
+    pthread_mutex_unlock(&p->grow_lock);
+    if (fits)
+        return 0;
+    lock_all(p);
+    pthread_mutex_lock(&p->grow_lock);
+    size_t live = 0;
+    for (int i = 0; i < NSHARDS; i++)
+        live += p->shards[i].used;
+    if (live + need > p->live_high)
+        p->live_high = live + need;
+    fits = p->held + add <= backed_budget(p);
+    pthread_mutex_unlock(&p->grow_lock);
+    unlock_all(p);
+    return !fits;
+}
+
+/* Give back wholly free granules until growing by need bytes stays within
+ * the budget (or nothing wholly free is left). No shard lock held. */
+static void backed_make_room(pool_t *p, size_t need)
+{
+    size_t add = rk_align_up(need, p->backing->granule);
+    lock_all(p);
+    pthread_mutex_lock(&p->grow_lock);
+    size_t budget = backed_budget(p);
+    if (p->held + add > budget)
+        (void)give_back_locked(p, budget > add ? budget - add : 0); /* a failure only costs room */
+    pthread_mutex_unlock(&p->grow_lock);
+    unlock_all(p);
+}
+
+/* Everything wholly free back to the backing (growth failed: the device may
+ * be out of memory, or the maximum reached). */
+static void backed_give_back_all(pool_t *p)
+{
+    lock_all(p);
+    pthread_mutex_lock(&p->grow_lock);
+    (void)give_back_locked(p, 0);
+    pthread_mutex_unlock(&p->grow_lock);
+    unlock_all(p);
+}
+
 /* ---- growth ---- */
 
 /* A new chunk of at least need bytes from the upstream (no shard lock held). */
@@ -564,6 +720,23 @@ static rankmem_status_t grow(pool_t *p, rankmem_stream_t stream, size_t need, in
                              char **ptr_p, size_t *size_p)
 {
     pthread_mutex_lock(&p->grow_lock);
+    if (p->backing) {
+        /* The backing rounds up to whole granules: no geometric step, the
+         * mapped bytes follow the need (a new granule costs no cudaMalloc
+         * and no synchronisation). */
+        char *mem;
+        size_t size;
+        rankmem_status_t st = p->backing->grow(p->bctx, need, &mem, &size);
+        if (st == RANKMEM_SUCCESS) {
+            __atomic_store_n(&p->held, p->held + size, __ATOMIC_RELAXED);
+            if (p->held > p->held_high)
+                p->held_high = p->held;
+            *ptr_p = mem;
+            *size_p = size;
+        }
+        pthread_mutex_unlock(&p->grow_lock);
+        return st;
+    }
     size_t size = need;
     if (exact)
         ;
@@ -690,9 +863,29 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
          * had no room for this request, and held beside the new chunk they
          * would only raise the peak reserved (traces in docs/replay.md). */
         rk_shard_unlock(sh);
-        if (bytes + alignment - UNIT <= p->maximum) /* else growing cannot help */
+        if (p->backing) {
+            if (backed_over_budget(p, bytes + alignment - UNIT)) {
+                /* Over budget: first every free block coalesced, across
+                 * shards and growths (the request may fit then, mapping
+                 * nothing), then wholly free granules given back before
+                 * mapping new ones. */
+                defragment(p, sh, stream);
+                rk_shard_lock(sh);
+                s = list_for(sh, stream, 1);
+                if (s && (b = list_find(s, bytes, alignment)) != NULL)
+                    break;
+                rk_shard_unlock(sh);
+                backed_make_room(p, bytes + alignment - UNIT);
+            }
+        } else if (bytes + alignment - UNIT <= p->maximum) /* else growing cannot help */
             (void)pool_trim(&p->base, p->initial);
         st = grow(p, stream, bytes + alignment - UNIT, 0, &ptr, &size);
+        if (st != RANKMEM_SUCCESS && p->backing) {
+            /* Out of device memory or at the maximum: the wholly free
+             * granules go back, then once more. */
+            backed_give_back_all(p);
+            st = grow(p, stream, bytes + alignment - UNIT, 0, &ptr, &size);
+        }
         if (st != RANKMEM_SUCCESS) {
             /* 5. Everything, coalesced; the growth error stands if that fails too. */
             char detail[256];
@@ -930,6 +1123,12 @@ static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes)
     rankmem_resource_t *up = p->base.upstream;
     lock_all(p);
     pthread_mutex_lock(&p->grow_lock);
+    if (p->backing) { /* granules, not chunks */
+        rankmem_status_t st = give_back_locked(p, keep_bytes);
+        pthread_mutex_unlock(&p->grow_lock);
+        unlock_all(p);
+        return st;
+    }
     rankmem_status_t result = sync_free_streams(p);
     size_t *free_in_chunk = calloc(p->nchunks + 1, sizeof *free_in_chunk);
     if (!free_in_chunk && result == RANKMEM_SUCCESS)
@@ -1119,6 +1318,10 @@ rankmem_status_t rankmem_pool_params_default(rankmem_pool_params_t *params_p)
     return RANKMEM_SUCCESS;
 }
 
+static rankmem_status_t pool_new(rankmem_resource_t *upstream, const rankmem_pool_params_t *prm,
+                                 unsigned props, int device, const rk_pool_backing_t *backing,
+                                 void *bctx, rankmem_resource_t **mr_p);
+
 rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
                                      const rankmem_pool_params_t *params,
                                      rankmem_resource_t **mr_p)
@@ -1157,22 +1360,33 @@ rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
 
     unsigned props = upstream->props & (RANKMEM_PROP_DEVICE_ACCESSIBLE |
                                          RANKMEM_PROP_HOST_ACCESSIBLE);
+    return pool_new(upstream, &prm, props, upstream->device, NULL, NULL, mr_p);
+}
+
+/* A new pool over upstream, or (upstream NULL) over a backing. */
+static rankmem_status_t pool_new(rankmem_resource_t *upstream, const rankmem_pool_params_t *prm,
+                                 unsigned props, int device, const rk_pool_backing_t *backing,
+                                 void *bctx, rankmem_resource_t **mr_p)
+{
     rankmem_resource_t *mr;
     rankmem_status_t st = rk_resource_new(sizeof(pool_t), &pool_ops,
                                           props | RANKMEM_PROP_STREAM_ORDERED, upstream, &mr);
     if (st != RANKMEM_SUCCESS)
         return st;
     pool_t *p = (pool_t *)mr;
-    p->base.device = upstream->device; /* the pool's memory lives where the upstream's does */
-    p->initial = prm.initial_size;
-    p->maximum = prm.maximum_size;
-    p->growth = prm.growth_size;
-    p->use_events = (upstream->props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && rk_gpu_count() > 0;
+    p->base.device = device; /* the pool's memory lives where the upstream's does */
+    p->initial = prm->initial_size;
+    p->maximum = prm->maximum_size;
+    p->growth = prm->growth_size;
+    p->backing = backing;
+    p->bctx = bctx;
+    p->use_events = (props & RANKMEM_PROP_DEVICE_ACCESSIBLE) && rk_gpu_count() > 0;
     pthread_mutex_init(&p->grow_lock, NULL);
     void *shards = NULL;
     if (rk_shards_new(sizeof(shard_t), &shards) != RANKMEM_SUCCESS) {
         pool_free_host_state(p);
-        rankmem_resource_release(upstream);
+        if (upstream)
+            rankmem_resource_release(upstream);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "pool: no host memory for its shards");
     }
     p->shards = shards;
@@ -1192,9 +1406,47 @@ rankmem_status_t rankmem_pool_create(rankmem_resource_t *upstream,
     if (st != RANKMEM_SUCCESS) {
         /* Nothing was handed out: undo by hand, the upstream reference too. */
         pool_finalize(mr);
-        rankmem_resource_release(upstream);
+        if (upstream)
+            rankmem_resource_release(upstream);
         return st;
     }
     *mr_p = mr;
     return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rk_pool_create_backed(const rk_pool_backing_t *ops, void *ctx, unsigned props,
+                                       int device, rankmem_resource_t **mr_p)
+{
+    if (!ops || !ops->grow || !ops->shrink || !mr_p || !rk_is_pow2(ops->granule) ||
+        ops->granule < UNIT)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "pool: bad backing");
+    rankmem_pool_params_t prm;
+    rankmem_pool_params_default(&prm);
+    return pool_new(NULL, &prm, props, device, ops, ctx, mr_p);
+}
+
+int rk_pool_is_live(rankmem_resource_t *mr, const void *ptr, size_t bytes)
+{
+    pool_t *p = (pool_t *)mr;
+    int live = 0;
+    for (int i = 0; i < NSHARDS && !live; i++) {
+        shard_t *sh = &p->shards[i];
+        rk_shard_lock(sh);
+        size_t slot = rk_live_find(sh, ptr);
+        if (slot != SIZE_MAX)
+            live = ((blk_t *)sh->live_map.slots[slot].value)->req == bytes;
+        rk_shard_unlock(sh);
+    }
+    return live;
+}
+
+void rk_pool_backed_counters(rankmem_resource_t *mr, size_t *give_backs_p, size_t *given_bytes_p,
+                             size_t *live_high_p)
+{
+    pool_t *p = (pool_t *)mr;
+    pthread_mutex_lock(&p->grow_lock);
+    *give_backs_p = p->give_backs;
+    *given_bytes_p = p->given;
+    *live_high_p = p->live_high;
+    pthread_mutex_unlock(&p->grow_lock);
 }

@@ -308,6 +308,30 @@ static rankmem_status_t build_async_managed(const spec_node_t *n, rankmem_resour
     return rankmem_async_managed_create(&prm, mr_p);
 }
 
+/* issue 21: the pool over the virtual memory API. */
+static rankmem_status_t build_vmm(const spec_node_t *n, rankmem_resource_t *up,
+                                  rankmem_resource_t **mr_p)
+{
+    (void)up;
+    rankmem_vmm_params_t prm;
+    rankmem_vmm_params_default(&prm);
+    const spec_val_t *v;
+    if ((v = val(n, "reserve"))->set)
+        prm.reserve = v->size;
+    if ((v = val(n, "max"))->set)
+        prm.maximum = v->size;
+    if ((v = val(n, "release"))->set)
+        prm.release = v->size;
+    if ((v = val(n, "granule"))->set)
+        prm.granule = v->size;
+    if ((v = val(n, "backend"))->set)
+        prm.backend = v->num ? RANKMEM_VMM_BACKEND_HOST : RANKMEM_VMM_BACKEND_DEVICE;
+    if ((v = val(n, "handle"))->set)
+        prm.handle = v->size;
+    return rankmem_vmm_create(&prm, mr_p);
+}
+
+static rankmem_status_t check_vmm(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_binning(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n);
@@ -374,6 +398,15 @@ static const spec_kind_t kinds[] = {
       {"release", V_SIZE, 0, "unbounded", NULL},
       {"prefer", V_ENUM, 0, "device", "device|host|none"}},
      NULL, build_async_managed},
+    /* issue 21 */
+    {"vmm", LEAF, 1, NULL,
+     {{"reserve", V_SIZE, 0, "twice the device memory (host: 64GiB)", NULL},
+      {"max", V_SIZE, 0, "unbounded", NULL},
+      {"release", V_SIZE, 0, "0", NULL},
+      {"granule", V_SIZE, 0, "the device's (host: 2MiB)", NULL},
+      {"backend", V_ENUM, 0, "device", "device|host"},
+      {"handle", V_SIZE, 0, "one granule", NULL}},
+     check_vmm, build_vmm},
 };
 
 #define NKINDS (sizeof kinds / sizeof kinds[0])
@@ -705,6 +738,24 @@ static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n)
         return fail(p, m->vpos, "pool.max of %zu bytes is less than the pool's unit (%zu "
                     "bytes): it could never allocate",
                     m->size, (size_t)RANKMEM_DEFAULT_ALIGNMENT);
+    return RANKMEM_SUCCESS;
+}
+
+/* Granules are powers of two (the device's, or a multiple of it). */
+static rankmem_status_t check_vmm(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *g = val(n, "granule"), *m = val(n, "max"), *h = val(n, "handle");
+    if (g->set && (!rk_is_pow2(g->size) || g->size < 4096))
+        return fail(p, g->vpos, "vmm.granule must be a power of two of at least 4KiB, not %zu",
+                    g->size);
+    if (h->set && (!rk_is_pow2(h->size) || h->size < 4096 || (g->set && h->size < g->size)))
+        return fail(p, h->vpos,
+                    "vmm.handle must be a power of two of at least the granule, not %zu",
+                    h->size);
+    if (p->check_only && m->set && memchr(m->text, '%', m->len))
+        return RANKMEM_SUCCESS; /* its bytes are known only when it is built */
+    if (m->set && m->size == 0)
+        return fail(p, m->vpos, "vmm.max of 0 bytes: it could never allocate");
     return RANKMEM_SUCCESS;
 }
 

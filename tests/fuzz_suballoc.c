@@ -2,7 +2,8 @@
  * has the command, and the results of the runs so far).
  *
  * The input is a program: byte 0 picks the resource (pool, arena, binning,
- * caching, fixed; one that this librankmem lacks is skipped), byte 1 its
+ * caching, fixed, vmm over its host backend; one that this librankmem lacks
+ * is skipped), byte 1 its
  * configuration and how the run ends, and the rest is a sequence of
  * operations:
  *
@@ -46,6 +47,9 @@
 #pragma weak rankmem_caching_create
 #pragma weak rankmem_arena_params_default
 #pragma weak rankmem_arena_create
+#pragma weak rankmem_vmm_params_default
+#pragma weak rankmem_vmm_create
+#pragma weak rankmem_vmm_inject_map_failure
 
 #define MAX_LIVE 128
 #define FULL_CHECK (16u << 10) /* blocks up to this are checked whole */
@@ -53,8 +57,9 @@
 #define STRIPE 64u
 #define STRIDE (64u << 10) /* ... every 64 KiB (few pages touched: fast) */
 
-enum { R_POOL, R_ARENA, R_BINNING, R_CACHING, R_FIXED, NRES };
-static const char *const res_names[NRES] = {"pool", "arena", "binning", "caching", "fixed"};
+enum { R_POOL, R_ARENA, R_BINNING, R_CACHING, R_FIXED, R_VMM, NRES };
+static const char *const res_names[NRES] = {"pool",    "arena", "binning",
+                                            "caching", "fixed", "vmm"};
 
 static struct {
     unsigned long long inputs[NRES], skipped, ops, allocs, alloc_ok, frees, trims, bad_frees;
@@ -228,6 +233,27 @@ static rankmem_status_t build(int which, unsigned cfg, rankmem_resource_t *up,
         size_t block = (size_t)256 << (cfg & 7); /* 256 B .. 32 KiB */
         *limit_p = block;
         return rankmem_fixed_create(up, block, (cfg >> 3) & 3 ? (cfg >> 3 & 3) * 8u : 0, mr_p);
+    }
+    case R_VMM: {
+        /* A leaf: the counting upstream is not used (and must still be
+         * finalized, which the caller checks). */
+        if (!rankmem_vmm_create || !rankmem_vmm_params_default)
+            return RANKMEM_ERR_NOT_SUPPORTED;
+        rankmem_vmm_params_t p;
+        rankmem_vmm_params_default(&p);
+        p.backend = RANKMEM_VMM_BACKEND_HOST;
+        p.granule = (size_t)4096 << (2 * (cfg & 3)); /* 4 KiB .. 256 KiB */
+        p.reserve = (size_t)256 << 20;
+        p.maximum = (cfg & 4) ? (size_t)8 << 20 : SIZE_MAX;
+        p.release = (cfg & 8) ? (size_t)1 << 20 : 0;
+        if (!(cfg & 0x10)) /* handles of 1, 2, 4 or 8 granules */
+            p.handle = p.granule << (cfg >> 5 & 3);
+        rankmem_status_t st = rankmem_vmm_create(&p, mr_p);
+        /* Map failures now and then: one, retried inside, or a run of them. */
+        if (st == RANKMEM_SUCCESS && (cfg & 0x10) && rankmem_vmm_inject_map_failure)
+            rankmem_vmm_inject_map_failure(*mr_p, 1 + (cfg >> 5 & 3) * 3,
+                                           (cfg & 0x40) ? 4 : 1);
+        return st;
     }
     }
     return RANKMEM_ERR_NOT_SUPPORTED;
@@ -415,11 +441,11 @@ static void print_stats(void)
             "fuzz_suballoc: %llu operations: %llu allocate (%llu served, %llu too large for "
             "fixed), %llu free, %llu trim, %llu bad free refused; %llu releases with live "
             "blocks; inputs per resource: pool %llu, arena %llu, binning %llu, caching %llu, "
-            "fixed %llu (skipped: %llu)\n",
+            "fixed %llu, vmm %llu (skipped: %llu)\n",
             stats.ops, stats.allocs, stats.alloc_ok, stats.too_large, stats.frees, stats.trims,
             stats.bad_frees, stats.busy_releases, stats.inputs[R_POOL], stats.inputs[R_ARENA],
             stats.inputs[R_BINNING], stats.inputs[R_CACHING], stats.inputs[R_FIXED],
-            stats.skipped);
+            stats.inputs[R_VMM], stats.skipped);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -434,7 +460,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     return 0;
 }
 
-/* FUZZ_ONLY=pool (arena, binning, caching, fixed): every input goes to that resource. */
+/* FUZZ_ONLY=pool (arena, binning, caching, fixed, vmm): every input goes to that resource. */
 static int only = -2; /* -2: not read yet; -1: all */
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -36,6 +36,8 @@ static const spec_t default_specs[] = {
     {"binning>system", 256 << 10},
     {"caching>system", 256 << 10},
     {"fixed(block=4KiB)>system", 4 << 10},
+    /* A leaf: the stats probe goes above it. */
+    {"vmm(backend=host,granule=64KiB,reserve=4GiB)", 256 << 10},
 };
 
 static rankmem_resource_t *chain;

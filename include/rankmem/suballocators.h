@@ -74,6 +74,103 @@ RANKMEM_API rankmem_status_t rankmem_arena_dump(rankmem_resource_t *mr, FILE *ou
 RANKMEM_API rankmem_status_t rankmem_arena_forget_stream(rankmem_resource_t *mr,
                                                          rankmem_stream_t stream);
 
+/* ---- vmm: a pool over the GPU's virtual memory API (docs/vmm.md) ----
+ * A leaf resource: it reserves one large virtual range on the device
+ * current at creation, maps physical granules into it on demand
+ * (cuMemCreate/cuMemMap, hipMemCreate/hipMemMap), places blocks by the
+ * pool's coalescing best fit over that range, and gives wholly free
+ * granules back before growing past its budget (the peak of live bytes
+ * plus a sixty-fourth, or plus `release`) and at trim. Growing never costs a
+ * cudaMalloc nor a synchronisation; giving back may synchronise the streams
+ * whose free lists hold the granules. Thread-safe and stream-ordered like
+ * the pool. RESERVED_* queries answer mapped bytes. */
+
+#define RANKMEM_VMM_BACKEND_DEVICE 0 /* the GPU runtime's (CUDA driver or HIP) */
+/* Host memory through mmap of a memfd, granule by granule: the same
+ * mapping logic without a GPU, for tests and benchmarks. */
+#define RANKMEM_VMM_BACKEND_HOST 1
+
+typedef struct rankmem_vmm_params {
+    size_t size;    /* sizeof(rankmem_vmm_params_t) */
+    size_t reserve; /* virtual bytes reserved; 0 = twice the device's memory (host: 64 GiB) */
+    size_t maximum; /* mapped bytes at most; SIZE_MAX = none (the device's memory bounds it) */
+    size_t release; /* free mapped bytes kept when giving back at growth (default 0) */
+    size_t granule; /* 0 = the device's recommended granularity (host: 2 MiB); else a
+                       multiple of it (host: a power of two, at least 4 KiB) */
+    int backend;    /* RANKMEM_VMM_BACKEND_* */
+    size_t handle;  /* largest physical allocation: 0 = one granule. A multiple of the
+                       granule maps growths in fewer, larger handles (fewer driver calls)
+                       that go back only whole; export then needs 0 (GPU backends) */
+} rankmem_vmm_params_t;
+
+/* Default params: reserve 0 (automatic), maximum SIZE_MAX, release 0,
+ * granule 0 (the device's), backend DEVICE, handle 0 (one per granule). */
+RANKMEM_API rankmem_status_t rankmem_vmm_params_default(rankmem_vmm_params_t *params_p);
+
+/* params NULL = defaults. Backend DEVICE without a GPU: RANKMEM_ERR_NO_DEVICE
+ * (as the cuda resource); where the runtime or device lacks the virtual
+ * memory API: RANKMEM_ERR_NOT_SUPPORTED. */
+RANKMEM_API rankmem_status_t rankmem_vmm_create(const rankmem_vmm_params_t *params,
+                                                rankmem_resource_t **mr_p);
+
+typedef struct rankmem_vmm_stats {
+    size_t size;        /* sizeof(rankmem_vmm_stats_t), set by the caller */
+    size_t granule;     /* bytes of one granule */
+    size_t reserved;    /* virtual bytes reserved */
+    size_t mapped;      /* bytes mapped now */
+    size_t mapped_high; /* high-water mark of the above */
+    size_t live_high;   /* the peak of live bytes the budget follows */
+    size_t granules_mapped;   /* granules mapped so far (each a create + map) */
+    size_t granules_released; /* granules unmapped and released so far */
+    size_t give_backs;        /* times free granules were given back */
+    size_t handles_created;   /* physical allocations made (cuMemCreate calls) */
+} rankmem_vmm_stats_t;
+
+/* The counters of the vmm resource of mr's chain (mr may be e.g. stats>vmm). */
+RANKMEM_API rankmem_status_t rankmem_vmm_get_stats(rankmem_resource_t *mr,
+                                                   rankmem_vmm_stats_t *stats_p);
+
+/* Host backend only, for tests of the failure paths: the nth map call from
+ * now (1 = the next) and the count - 1 after it fail as a device out of
+ * memory would; nth 0 disarms. RANKMEM_ERR_NOT_SUPPORTED on other backends. */
+RANKMEM_API rankmem_status_t rankmem_vmm_inject_map_failure(rankmem_resource_t *mr, size_t nth,
+                                                            size_t count);
+
+/* A live vmm block exported to another process of the node: one POSIX file
+ * descriptor per granule that the block touches, and where in the first
+ * granule the block starts. The descriptors mean nothing in another process
+ * until passed over a Unix socket (SCM_RIGHTS) or pidfd_getfd; the other
+ * fields are plain values. */
+typedef struct rankmem_vmm_export {
+    int backend;           /* RANKMEM_VMM_BACKEND_* of the exporter */
+    int device;            /* the exporter's device */
+    size_t granule;        /* bytes per descriptor */
+    size_t count;          /* descriptors */
+    size_t offset;         /* the block's start in the first granule */
+    size_t bytes;          /* the block's size */
+    int *fds;              /* count descriptors (the exporter's) */
+    unsigned long long *fd_offsets; /* where each granule starts in its descriptor's object */
+} rankmem_vmm_export_t;
+
+/* Export ptr, a live allocation of `bytes` bytes from the vmm of mr's chain.
+ * Fills *export_p (arrays allocated here); release it with
+ * rankmem_vmm_export_close. The importer may read what the allocating
+ * stream has written once that stream has reached the point of export. */
+RANKMEM_API rankmem_status_t rankmem_vmm_export(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                                rankmem_vmm_export_t *export_p);
+/* Closes the descriptors of an export made here and frees its arrays. */
+RANKMEM_API rankmem_status_t rankmem_vmm_export_close(rankmem_vmm_export_t *export_p);
+
+typedef struct rankmem_vmm_import rankmem_vmm_import_t;
+/* Map an export received from another process (its fds replaced by this
+ * process's descriptors, which stay the caller's) on the device current
+ * now (the host backend: host memory). *ptr_p: the block. */
+RANKMEM_API rankmem_status_t rankmem_vmm_import(const rankmem_vmm_export_t *export_data,
+                                                void **ptr_p, rankmem_vmm_import_t **import_p);
+/* Unmap an import. The exporter may free the block only after every
+ * importer closed its mapping. */
+RANKMEM_API rankmem_status_t rankmem_vmm_import_close(rankmem_vmm_import_t *import);
+
 #ifdef __cplusplus
 }
 #endif
