@@ -952,6 +952,28 @@ int main(int argc, char **argv)
         }});
     };
     std::string pool_spec = "pool(initial=" + std::to_string(pool_bytes >> 20) + "MiB)>cuda";
+    /* The pool over the virtual memory API, warmed up like the pool: a
+     * first allocation of pool_bytes maps that much before timing. */
+    cands.push_back({"rankmem vmm", [&] {
+        rankmem_resource_t *mr;
+        void *warm;
+        CK_RM(rankmem_resource_from_spec("vmm", &mr));
+        CK_RM(rankmem_allocate(mr, pool_bytes, 0, &warm));
+        CK_RM(rankmem_deallocate(mr, warm, pool_bytes, 0));
+        return std::unique_ptr<Allocator>(new RankmemAllocator(mr, true, streams));
+    }});
+    cands.push_back({"rankmem stats > timing > vmm", [&] {
+        rankmem_resource_t *mr, *tm, *st;
+        void *warm;
+        CK_RM(rankmem_resource_from_spec("vmm", &mr));
+        CK_RM(rankmem_allocate(mr, pool_bytes, 0, &warm));
+        CK_RM(rankmem_deallocate(mr, warm, pool_bytes, 0));
+        CK_RM(rk_mpi_timing_create(mr, &tm));
+        CK_RM(rankmem_resource_release(mr));
+        CK_RM(rankmem_stats_create(tm, &st));
+        CK_RM(rankmem_resource_release(tm));
+        return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
+    }});
     from_spec("rankmem arena > cuda", "arena>cuda", false);
     from_spec("rankmem binning > pool > cuda", "binning(min=2^8,max=2^22)>" + pool_spec, true);
     from_spec("rankmem caching, CUB defaults > cuda", "caching>cuda", false);

@@ -356,7 +356,7 @@ rankmem_status_t rankmem_vmm_create(const rankmem_vmm_params_t *params, rankmem_
     v->backing.grow = vmm_grow;
     v->backing.shrink = vmm_shrink;
     v->backing.granule = rk_vmm_map_granule(v->map);
-    if (prm.handle > v->backing.granule) /* handles of several granules go back whole */
+    if (rk_vmm_map_multi(v->map)) /* handles of several granules go back whole */
         v->backing.fit = vmm_fit;
     v->backing.release = prm.release;
     v->small_max = v->backing.granule / 4;

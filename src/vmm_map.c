@@ -39,6 +39,8 @@ struct rk_vmm_map {
      * creates when growing; given back only whole). With hmax 1 every
      * granule is its own extent and ext_len stays NULL. */
     size_t hmax;
+    /* handle= not given on a GPU: handles grow with the map (auto_ext). */
+    int hauto;
     uint32_t *ext_len; /* at an extent's first granule: its length; elsewhere 0 */
     size_t mapped, mapped_high, maximum;
     int memfd;                 /* host */
@@ -447,7 +449,8 @@ rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t 
     m->maximum = maximum;
     m->memfd = -1;
     m->hmax = handle ? handle / granule : 1;
-    if (m->hmax > 1 && !(m->ext_len = calloc(m->ngranules, sizeof *m->ext_len))) {
+    m->hauto = !handle && backend != RK_VMM_HOST;
+    if ((m->hmax > 1 || m->hauto) && !(m->ext_len = calloc(m->ngranules, sizeof *m->ext_len))) {
         free(m);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: no host memory for %zu extents",
                         reserve / granule);
@@ -602,6 +605,32 @@ static int hole_add(rk_vmm_map_t *m, size_t start, size_t count)
     return 1;
 }
 
+/* Granules per handle when handle= was not given on a GPU. Each handle
+ * costs ~60 us on an H100 whatever its size up to 512 MiB (cuMemCreate
+ * ~13, cuMemSetAccess ~45 per handle in the range; docs/vmm.md), so one
+ * per 2 MiB granule would cost ~0.5 s for an 18 GiB pool. Handles of a
+ * 64th of what is mapped (a power of two of granules, at most 256 MiB)
+ * keep the count logarithmic, and a handle that stays partly used holds
+ * at most ~1.6% of the pool. */
+#define AUTO_EXT_SHIFT 6
+#define AUTO_EXT_MAX ((size_t)256 << 20)
+
+static size_t auto_ext(const rk_vmm_map_t *m)
+{
+    size_t want = m->mapped >> AUTO_EXT_SHIFT;
+    if (want > AUTO_EXT_MAX)
+        want = AUTO_EXT_MAX;
+    size_t k = want / m->granule;
+    if (k <= 1)
+        return 1;
+    return (size_t)1 << (63 - __builtin_clzll((unsigned long long)k));
+}
+
+int rk_vmm_map_multi(const rk_vmm_map_t *m)
+{
+    return m->hmax > 1 || m->hauto;
+}
+
 rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *m, size_t bytes, char **ptr_p, size_t *size_p)
 {
     if (bytes == 0 || bytes > SIZE_MAX - m->granule)
@@ -635,10 +664,10 @@ rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *m, size_t bytes, char **ptr_p, si
                             "%zu mapped); raise reserve=",
                             size, m->ngranules * m->granule, m->mapped);
     }
-    size_t done = 0;
+    size_t done = 0, hmax = m->hauto ? auto_ext(m) : m->hmax;
     rankmem_status_t st = RANKMEM_SUCCESS;
     while (done < n) {
-        size_t k = n - done < m->hmax ? n - done : m->hmax;
+        size_t k = n - done < hmax ? n - done : hmax;
         if ((st = map_ext(m, start + done, k)) != RANKMEM_SUCCESS)
             break;
         done += k;
@@ -730,10 +759,12 @@ rankmem_status_t rk_vmm_map_export(rk_vmm_map_t *m, char *ptr, size_t bytes, int
                         "vmm: the device cannot export memory as POSIX file descriptors");
     /* A handle is mapped whole (the offset of cuMemMap must be 0): export
      * describes granules, so it needs one handle per granule. */
-    if (m->backend != RK_VMM_HOST && m->hmax > 1)
-        return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
-                        "vmm: export needs one handle per granule (handle= equal to granule=)");
-    (void)bytes;
+    for (size_t g = g0; m->backend != RK_VMM_HOST && g < g0 + count; g++)
+        if (ext_of(m, g) != 1)
+            return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
+                            "vmm: export needs one handle per granule, and [%p, +%zu) lies in a "
+                            "handle of several: create the vmm with handle= equal to granule=",
+                            (void *)ptr, bytes);
     size_t i = 0;
     rankmem_status_t st = RANKMEM_SUCCESS;
     for (; i < count; i++) {

@@ -71,6 +71,9 @@ RK_HIDDEN rankmem_status_t rk_vmm_map_shrink(rk_vmm_map_t *map, char *ptr, size_
 
 /* Narrow [*ptr_p, + *bytes_p) (granule-aligned, mapped) to the whole
  * handles inside it, which shrink can give back; 0 when there is none. */
+/* Whether physical handles may cover several granules (handle= larger
+ * than granule=, or not given on a GPU backend: then they grow with the map). */
+RK_HIDDEN int rk_vmm_map_multi(const rk_vmm_map_t *map);
 RK_HIDDEN int rk_vmm_map_fit(const rk_vmm_map_t *map, char **ptr_p, size_t *bytes_p);
 
 /* Export the granules covering [ptr, ptr + bytes) (mapped): count fds (new,

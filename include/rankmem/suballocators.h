@@ -98,13 +98,16 @@ typedef struct rankmem_vmm_params {
     size_t granule; /* 0 = the device's recommended granularity (host: 2 MiB); else a
                        multiple of it (host: a power of two, at least 4 KiB) */
     int backend;    /* RANKMEM_VMM_BACKEND_* */
-    size_t handle;  /* largest physical allocation: 0 = one granule. A multiple of the
-                       granule maps growths in fewer, larger handles (fewer driver calls)
-                       that go back only whole; export then needs 0 (GPU backends) */
+    size_t handle;  /* largest physical allocation. 0: on a GPU, a 64th of what is mapped
+                       (a power of two of granules, at most 256 MiB), so the driver calls
+                       stay few as the pool grows; host backend: one granule. A multiple
+                       of the granule: growths are mapped in handles of up to that size.
+                       Handles go back only whole; on a GPU, export needs the block in
+                       handles of one granule (handle= equal to granule=) */
 } rankmem_vmm_params_t;
 
 /* Default params: reserve 0 (automatic), maximum SIZE_MAX, release 0,
- * granule 0 (the device's), backend DEVICE, handle 0 (one per granule). */
+ * granule 0 (the device's), backend DEVICE, handle 0 (automatic). */
 RANKMEM_API rankmem_status_t rankmem_vmm_params_default(rankmem_vmm_params_t *params_p);
 
 /* params NULL = defaults. Backend DEVICE without a GPU: RANKMEM_ERR_NO_DEVICE
