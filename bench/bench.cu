@@ -954,20 +954,19 @@ int main(int argc, char **argv)
     std::string pool_spec = "pool(initial=" + std::to_string(pool_bytes >> 20) + "MiB)>cuda";
     /* The pool over the virtual memory API, warmed up like the pool: a
      * first allocation of pool_bytes maps that much before timing. */
-    cands.push_back({"rankmem vmm", [&] {
+    auto warm_vmm = [&] {
         rankmem_resource_t *mr;
         void *warm;
         CK_RM(rankmem_resource_from_spec("vmm", &mr));
         CK_RM(rankmem_allocate(mr, pool_bytes, 0, &warm));
         CK_RM(rankmem_deallocate(mr, warm, pool_bytes, 0));
-        return std::unique_ptr<Allocator>(new RankmemAllocator(mr, true, streams));
+        return mr;
+    };
+    cands.push_back({"rankmem vmm", [&] {
+        return std::unique_ptr<Allocator>(new RankmemAllocator(warm_vmm(), true, streams));
     }});
     cands.push_back({"rankmem stats > timing > vmm", [&] {
-        rankmem_resource_t *mr, *tm, *st;
-        void *warm;
-        CK_RM(rankmem_resource_from_spec("vmm", &mr));
-        CK_RM(rankmem_allocate(mr, pool_bytes, 0, &warm));
-        CK_RM(rankmem_deallocate(mr, warm, pool_bytes, 0));
+        rankmem_resource_t *mr = warm_vmm(), *tm, *st;
         CK_RM(rk_mpi_timing_create(mr, &tm));
         CK_RM(rankmem_resource_release(mr));
         CK_RM(rankmem_stats_create(tm, &st));

@@ -3,7 +3,9 @@
 # out-of-tree build with -fsanitize=thread (no CUDA: the tests run over host
 # memory, and the CUDA runtime is not instrumented), then tests/stress.t
 # (pool, arena, binning, caching, fixed and vmm, 8 threads each) and the thread
-# tests of tests/threads.t (pool), fixed.t, binning.t, caching.t, arena.t and vmm.t.
+# tests of tests/threads.t (pool), fixed.t, binning.t, caching.t, arena.t and vmm.t, and the
+# 16-thread counter tests of stats.t, tracking.t, observe_unit/threads.t (the recorder) and
+# mpi/timing_unit.t (the timing layer).
 #
 #   bench/run-tsan.sh [--long] [--dir DIR] [--jobs J] [TEST...]
 #
@@ -22,7 +24,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TMPDIR:-/tmp}/rankmem-tsan
 long=0
 jobs=2
-all="stress threads fixed binning caching arena vmm"
+all="stress threads fixed binning caching arena vmm stats tracking observe_unit/threads mpi/timing_unit"
 tests=
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -81,20 +83,21 @@ for t in $tests; do
     fi
     start=$(date +%s)
     # shellcheck disable=SC2086
-    $run tests/$t.t $args >"$t.log" 2>&1
+    log=$(printf '%s' "$t" | tr / _).log
+    $run tests/$t.t $args >"$log" 2>&1
     rc=$?
-    oks=$(grep -c '^ok' "$t.log")
-    bad=$(grep -c '^not ok' "$t.log")
-    reports=$(grep -c '^WARNING: ThreadSanitizer\|ERROR: ThreadSanitizer' "$t.log")
+    oks=$(grep -c '^ok' "$log")
+    bad=$(grep -c '^not ok' "$log")
+    reports=$(grep -c '^WARNING: ThreadSanitizer\|ERROR: ThreadSanitizer' "$log")
     verdict=PASS
     if [ "$rc" -ne 0 ] || [ "$bad" -ne 0 ] || [ "$reports" -ne 0 ]; then
         verdict=FAIL
         status=1
     fi
     printf '%-8s %s: %d ok, %d not ok, %d ThreadSanitizer reports, exit %d, %ds (log %s)\n' \
-        "$t.t" "$verdict" "$oks" "$bad" "$reports" "$rc" $(( $(date +%s) - start )) "$dir/$t.log"
+        "$t.t" "$verdict" "$oks" "$bad" "$reports" "$rc" $(( $(date +%s) - start )) "$dir/$log"
     if [ "$verdict" = FAIL ]; then
-        grep -m 5 -A 12 'ThreadSanitizer\|^not ok' "$t.log" | sed 's/^/    /'
+        grep -m 5 -A 12 'ThreadSanitizer\|^not ok' "$log" | sed 's/^/    /'
     fi
 done
 exit $status

@@ -23,6 +23,7 @@
 #include <rankmem.h>
 
 #include "tap.h"
+#include "fdpass.h"
 
 #if HAVE_CUDA
 #include <cuda_runtime_api.h>
@@ -32,45 +33,6 @@
 #define MiB ((size_t)1 << 20)
 #define PATTERN 0x5eed1234u
 #define PATTERN2 0x0badcafeu
-
-/* ---- descriptors over a Unix socket ---- */
-
-static int send_fds(int sock, const int *fds, size_t n)
-{
-    char buf[CMSG_SPACE(sizeof(int) * 64)];
-    char byte = 'x';
-    struct iovec iov = {&byte, 1};
-    struct msghdr m = {0};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = buf;
-    m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * n);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
-    return sendmsg(sock, &m, 0) == 1 ? 0 : -1;
-}
-
-static int recv_fds(int sock, int *fds, size_t n)
-{
-    char buf[CMSG_SPACE(sizeof(int) * 64)];
-    char byte;
-    struct iovec iov = {&byte, 1};
-    struct msghdr m = {0};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = buf;
-    m.msg_controllen = sizeof buf;
-    if (recvmsg(sock, &m, 0) != 1)
-        return -1;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int) * n))
-        return -1;
-    memcpy(fds, CMSG_DATA(c), sizeof(int) * n);
-    return 0;
-}
 
 /* The child: one export, or a count of 0 (nothing to do). Replies: the
  * words of the parent's pattern it found wrong (8 bytes), then, once it has

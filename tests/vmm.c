@@ -13,6 +13,7 @@
 #include <unistd.h>
 #include <rankmem.h>
 #include "tap.h"
+#include "fdpass.h"
 
 #define G ((size_t)64 << 10)
 
@@ -341,43 +342,6 @@ static void specs(void)
 }
 
 /* ---- export to a forked process ---- */
-
-static int send_fds(int sock, const int *fds, size_t n)
-{
-    char buf[CMSG_SPACE(sizeof(int) * 64)];
-    char byte = 'x';
-    struct iovec iov = {&byte, 1};
-    struct msghdr m = {0};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = buf;
-    m.msg_controllen = CMSG_SPACE(sizeof(int) * n);
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int) * n);
-    memcpy(CMSG_DATA(c), fds, sizeof(int) * n);
-    return sendmsg(sock, &m, 0) == 1 ? 0 : -1;
-}
-
-static int recv_fds(int sock, int *fds, size_t n)
-{
-    char buf[CMSG_SPACE(sizeof(int) * 64)];
-    char byte;
-    struct iovec iov = {&byte, 1};
-    struct msghdr m = {0};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = buf;
-    m.msg_controllen = sizeof buf;
-    if (recvmsg(sock, &m, 0) != 1)
-        return -1;
-    struct cmsghdr *c = CMSG_FIRSTHDR(&m);
-    if (!c || c->cmsg_type != SCM_RIGHTS || c->cmsg_len != CMSG_LEN(sizeof(int) * n))
-        return -1;
-    memcpy(fds, CMSG_DATA(c), sizeof(int) * n);
-    return 0;
-}
 
 /* The child: receive the export, check the parent's bytes, write its own. */
 static int child(int sock)
