@@ -883,7 +883,8 @@ int main(int argc, char **argv)
 
     const size_t pool_bytes = info.pool_bytes;
     std::vector<Candidate> cands;
-    cands.push_back({"rankmem pool > cuda", [&] {
+    /* A pool over cudaMalloc, large enough that it never grows while timed. */
+    auto pool_over_cuda = [&] {
         rankmem_resource_t *up, *pool;
         rankmem_pool_params_t p;
         CK_RM(rankmem_cuda_create(&up));
@@ -891,7 +892,10 @@ int main(int argc, char **argv)
         p.initial_size = pool_bytes;
         CK_RM(rankmem_pool_create(up, &p, &pool));
         CK_RM(rankmem_resource_release(up)); /* the pool holds its own reference */
-        return std::unique_ptr<Allocator>(new RankmemAllocator(pool, true, streams));
+        return pool;
+    };
+    cands.push_back({"rankmem pool > cuda", [&] {
+        return std::unique_ptr<Allocator>(new RankmemAllocator(pool_over_cuda(), true, streams));
     }});
     cands.push_back({"rankmem pool > async (default pool)", [&] {
         rankmem_resource_t *up, *pool;
@@ -905,26 +909,14 @@ int main(int argc, char **argv)
     }});
     /* Adaptors over the same pool: what stats and tracking add per pair. */
     cands.push_back({"rankmem stats > pool > cuda", [&] {
-        rankmem_resource_t *up, *pool, *st;
-        rankmem_pool_params_t p;
-        CK_RM(rankmem_cuda_create(&up));
-        CK_RM(rankmem_pool_params_default(&p));
-        p.initial_size = pool_bytes;
-        CK_RM(rankmem_pool_create(up, &p, &pool));
-        CK_RM(rankmem_resource_release(up));
+        rankmem_resource_t *pool = pool_over_cuda(), *st;
         CK_RM(rankmem_stats_create(pool, &st));
         CK_RM(rankmem_resource_release(pool));
         return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
     }});
     /* The MPI plugin's default chain: stats over its timing layer. */
     cands.push_back({"rankmem stats > timing > pool > cuda", [&] {
-        rankmem_resource_t *up, *pool, *tm, *st;
-        rankmem_pool_params_t p;
-        CK_RM(rankmem_cuda_create(&up));
-        CK_RM(rankmem_pool_params_default(&p));
-        p.initial_size = pool_bytes;
-        CK_RM(rankmem_pool_create(up, &p, &pool));
-        CK_RM(rankmem_resource_release(up));
+        rankmem_resource_t *pool = pool_over_cuda(), *tm, *st;
         CK_RM(rk_mpi_timing_create(pool, &tm));
         CK_RM(rankmem_resource_release(pool));
         CK_RM(rankmem_stats_create(tm, &st));
@@ -932,13 +924,7 @@ int main(int argc, char **argv)
         return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
     }});
     cands.push_back({"rankmem tracking > pool > cuda", [&] {
-        rankmem_resource_t *up, *pool, *tr;
-        rankmem_pool_params_t p;
-        CK_RM(rankmem_cuda_create(&up));
-        CK_RM(rankmem_pool_params_default(&p));
-        p.initial_size = pool_bytes;
-        CK_RM(rankmem_pool_create(up, &p, &pool));
-        CK_RM(rankmem_resource_release(up));
+        rankmem_resource_t *pool = pool_over_cuda(), *tr;
         CK_RM(rankmem_tracking_create(pool, 0, &tr));
         CK_RM(rankmem_resource_release(pool));
         return std::unique_ptr<Allocator>(new RankmemAllocator(tr, true, streams));
