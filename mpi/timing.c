@@ -309,7 +309,8 @@ static __attribute__((noinline)) void view_sampled(timing_t *t, slot_t *s, uint6
         x ^= x >> 7;
         x ^= x << 17;
         view_rng = x;
-        len = 1 + (uint32_t)((x >> 32) % (2 * (uint64_t)p - 1));
+        /* 1 .. 2p - 1 by a multiply and a shift: no division. */
+        len = 1 + (uint32_t)(((x >> 32) * (2 * (uint64_t)p - 1)) >> 32);
     }
     view_countdown = (int32_t)len;
 }
