@@ -129,7 +129,8 @@ __attribute__((noinline)) void probe_records(int id, const size_t *sz, size_t n)
         uintptr_t p = base + ((uintptr_t)(i & 7) << 22);
         rk_obs_alloc(RK_OBS_DEVICE, RK_OBS_SERVED, RK_OBS_API_CUDA_MALLOC, p, sz[i % NSIZES]);
         if (rk_obs_free(p) == 0)
-            die("recorder: a free of a recorded block was not matched", RANKMEM_ERR_INVALID_POINTER);
+            die("recorder: a free of a recorded block was not matched",
+                RANKMEM_ERR_INVALID_POINTER);
     }
 }
 

@@ -202,7 +202,8 @@ static void counted_by_stats(void)
         errors += rv != NULL;
     }
     r = read_t(tm);
-    ok(errors == 0 && u->unmarked == 0, "counted by stats, 16 threads: every call succeeded, marked");
+    ok(errors == 0 && u->unmarked == 0,
+       "counted by stats, 16 threads: every call succeeded, marked");
     ok(r.calls == (uint64_t)NT * 2 * PAIRS, "counted by stats, 16 threads: calls exact (%llu)",
        (unsigned long long)r.calls);
     ok(r.sampled >= NT && r.sampled >= r.calls / 64 && r.sampled <= r.calls / 16,
