@@ -53,7 +53,7 @@ typedef struct {
  * count), then at least a line of nothing before the next part. */
 typedef union {
     rk_shard_t sh;
-    char room[256];
+    char room[(sizeof(rk_shard_t) + 64 + 127) / 128 * 128];
 } part_t;
 #define PART sizeof(part_t)
 _Static_assert(sizeof(rk_shard_t) + 64 <= sizeof(part_t) && sizeof(part_t) % 128 == 0,
