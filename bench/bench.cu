@@ -920,6 +920,7 @@ int main(int argc, char **argv)
         CK_RM(rk_mpi_timing_create(pool, &tm));
         CK_RM(rankmem_resource_release(pool));
         CK_RM(rankmem_stats_create(tm, &st));
+        CK_RM(rk_mpi_timing_count_from(tm, st)); /* as the plugin builds it */
         CK_RM(rankmem_resource_release(tm));
         return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
     }});
@@ -956,6 +957,7 @@ int main(int argc, char **argv)
         CK_RM(rk_mpi_timing_create(mr, &tm));
         CK_RM(rankmem_resource_release(mr));
         CK_RM(rankmem_stats_create(tm, &st));
+        CK_RM(rk_mpi_timing_count_from(tm, st));
         CK_RM(rankmem_resource_release(tm));
         return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
     }});

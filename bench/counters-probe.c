@@ -4,7 +4,7 @@
  * mpi/timing.c) and tracking>pool over host memory, from 1 to N threads,
  * each thread allocating and freeing its own sizes on its own stream.
  *
- *   bench/counters-probe [--pairs N] [--threads T] [--only CHAIN]
+ *   bench/counters-probe [--pairs N] [--threads T] [--only CHAIN]...
  *
  * Prints ns per pair per thread and million pairs per second in all. For
  * instruction counts (what one thread adds, whatever the machine), run one
@@ -19,9 +19,22 @@
  * no staging (mpi/staging.c): the plugin's timing layer also calls its
  * rk_mpi_staging_forget after every allocate, which this does not count.
  *
+ * The arena (row arena: over host memory it never touches, 4 MiB
+ * superblocks) runs the same pairs: its 16-thread speed over one thread's
+ * is issue 21's target, and the host CPU of the GPU machine shows it
+ * without a GPU.
+ *
+ * The MPI plugin's recorder of observed allocations (mpi/recorder.c, built
+ * in) has two rows of its own, without and with call sites (8 frames, the
+ * plugin's default): each thread records an allocation of its sizes at one
+ * of 8 addresses of its own, as a pool hands them out, and forgets it (the
+ * feeds of a served cudaMalloc+cudaFree pair, without the chain):
+ *
+ *   bench/counters-probe --threads 16 --only recorder --only recorder+sites
+ *
  * On a box of few cores this shows how the counters scale up to its core
- * count; the 16-thread numbers come from bench/rankmem-bench on the GPU
- * machine. */
+ * count; the 16-thread numbers come from bench/rankmem-bench (and this
+ * probe, for the recorder) on the GPU machine. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -30,9 +43,7 @@
 #include <time.h>
 #include <rankmem.h>
 #include "timing.h"
-
-/* Defined by the recorder in the plugin; the probe links timing.c alone. */
-__thread int rk_obs_internal_depth;
+#include "recorder.h"
 
 #define MAX_T 64
 #define NSIZES 4096
@@ -72,13 +83,28 @@ static rankmem_resource_t *make_chain(const char *name)
     rankmem_resource_release(sys);
     if (!strcmp(name, "pool"))
         return pool;
+    if (!strcmp(name, "arena")) {
+        /* The arena over host memory it never touches: its bookkeeping
+         * alone, as rankmem-bench's arena row (each thread on its own
+         * stream, so its own arena). */
+        rankmem_resource_release(pool);
+        rankmem_arena_params_t ap;
+        CK(rankmem_system_create(&sys));
+        CK(rankmem_arena_params_default(&ap));
+        ap.arena_size = (size_t)16 << 30;
+        CK(rankmem_arena_create(sys, &ap, &top));
+        rankmem_resource_release(sys);
+        return top;
+    }
     if (!strcmp(name, "stats>pool")) {
         CK(rankmem_stats_create(pool, &top));
     } else if (!strcmp(name, "timing>pool")) {
         CK(rk_mpi_timing_create(pool, &top));
     } else if (!strcmp(name, "stats>timing>pool")) {
+        /* As the MPI plugin builds it: the timing layer counted by stats. */
         CK(rk_mpi_timing_create(pool, &mid));
         CK(rankmem_stats_create(mid, &top));
+        CK(rk_mpi_timing_count_from(mid, top));
         rankmem_resource_release(mid);
     } else if (!strcmp(name, "tracking>pool")) {
         CK(rankmem_tracking_create(pool, 0, &top));
@@ -89,6 +115,9 @@ static rankmem_resource_t *make_chain(const char *name)
     rankmem_resource_release(pool);
     return top;
 }
+
+/* 0: a chain; 1: the recorder without call sites; 2: with 8 frames. */
+static int recorder_mode;
 
 typedef struct {
     rankmem_resource_t *mr;
@@ -110,9 +139,30 @@ __attribute__((noinline)) void probe_pairs(rankmem_resource_t *mr, const size_t 
     }
 }
 
+/* The recorder's feeds of n pairs: 8 addresses of thread id's own. */
+__attribute__((noinline)) void probe_records(int id, const size_t *sz, size_t n)
+{
+    uintptr_t base = (uintptr_t)(id + 1) << 36;
+    for (size_t i = 0; i < n; i++) {
+        uintptr_t p = base + ((uintptr_t)(i & 7) << 22);
+        rk_obs_alloc(RK_OBS_DEVICE, RK_OBS_SERVED, RK_OBS_API_CUDA_MALLOC, p, sz[i % NSIZES]);
+        if (rk_obs_free(p) == 0)
+            die("recorder: a free of a recorded block was not matched",
+                RANKMEM_ERR_INVALID_POINTER);
+    }
+}
+
 static void *run(void *arg)
 {
     job_t *j = arg;
+    if (recorder_mode) {
+        probe_records(j->id, sizes[j->id], NSIZES); /* warm */
+        pthread_barrier_wait(j->bar);
+        j->t0 = now_ns();
+        probe_records(j->id, sizes[j->id], j->pairs);
+        j->t1 = now_ns();
+        return NULL;
+    }
     /* Each thread on its own "stream" (a host pool ignores nothing: it
      * keeps per-stream lists, so distinct values keep threads apart). */
     rankmem_stream_t stream = (rankmem_stream_t)(uintptr_t)(0x1000 * (j->id + 1));
@@ -126,7 +176,16 @@ static void *run(void *arg)
 
 static void measure(const char *chain, int nt, size_t pairs)
 {
-    rankmem_resource_t *mr = make_chain(chain);
+    recorder_mode = !strcmp(chain, "recorder") ? 1 : !strcmp(chain, "recorder+sites") ? 2 : 0;
+    rankmem_resource_t *mr = NULL;
+    if (recorder_mode) {
+        rk_obs_config_t c = {0};
+        c.backtrace_depth = recorder_mode == 2 ? 8 : 0;
+        if (rk_obs_init(&c) != 0)
+            die("rk_obs_init", RANKMEM_ERR_OUT_OF_MEMORY);
+    } else {
+        mr = make_chain(chain);
+    }
     pthread_t th[MAX_T];
     job_t jobs[MAX_T];
     pthread_barrier_t bar;
@@ -149,23 +208,27 @@ static void measure(const char *chain, int nt, size_t pairs)
     printf("%-20s %2d threads: %8.1f ns/pair/thread  %8.2f M pairs/s\n", chain, nt,
            wall / (double)pairs, (double)nt * (double)pairs / wall * 1e3);
     pthread_barrier_destroy(&bar);
-    rankmem_resource_release(mr);
+    if (recorder_mode)
+        rk_obs_fini();
+    else
+        rankmem_resource_release(mr);
 }
 
 int main(int argc, char **argv)
 {
     size_t pairs = 2000000;
     int threads = 2;
-    const char *only = NULL;
+    const char *only[8];
+    int nonly = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--pairs") && i + 1 < argc)
             pairs = strtoull(argv[++i], NULL, 10);
         else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
             threads = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--only") && i + 1 < argc)
-            only = argv[++i];
+        else if (!strcmp(argv[i], "--only") && i + 1 < argc && nonly < 8)
+            only[nonly++] = argv[++i];
         else {
-            fprintf(stderr, "usage: %s [--pairs N] [--threads T] [--only CHAIN]\n", argv[0]);
+            fprintf(stderr, "usage: %s [--pairs N] [--threads T] [--only CHAIN]...\n", argv[0]);
             return 2;
         }
     }
@@ -183,10 +246,14 @@ int main(int argc, char **argv)
             double u = (double)(x >> 11) * 0x1.0p-53;
             sizes[t][i] = (size_t)(256.0 * __builtin_exp(u * __builtin_log(16384.0)));
         }
-    static const char *const chains[] = {"pool", "stats>pool", "timing>pool",
-                                         "stats>timing>pool", "tracking>pool"};
+    static const char *const chains[] = {"pool",          "stats>pool", "timing>pool",
+                                         "stats>timing>pool", "tracking>pool", "arena",
+                                         "recorder",      "recorder+sites"};
     for (size_t c = 0; c < sizeof chains / sizeof *chains; c++) {
-        if (only && strcmp(only, chains[c]))
+        int keep = nonly == 0;
+        for (int k = 0; k < nonly; k++)
+            keep |= !strcmp(only[k], chains[c]);
+        if (!keep)
             continue;
         for (int nt = 1; nt <= threads; nt *= 2)
             measure(chains[c], nt, pairs);

@@ -27,6 +27,19 @@
  * lock-prefixed instruction on a line other threads write) and added up
  * when the report asks; an untimed call costs one decrement.
  *
+ * Counted by the stats adaptor above (rk_mpi_timing_count_from, the MPI
+ * plugin's chain stats>timing>...): every call to this layer comes from
+ * that adaptor, which counts its allocations, frees and failures per
+ * thread anyway, so the layer keeps no count of its own (issue 21: the two
+ * layers added 16.5 ns to the pool's pair on the H100, 127 instructions on
+ * the CPU). Its untimed call is then a decrement of one thread-local
+ * countdown (shared by such layers on the thread: the rank has one), the
+ * observation mark and the upstream call: no slot, no resource id to
+ * compare. calls = allocations + frees + failed allocations of the stats
+ * adaptor (a free that the upstream refused, counted back in by stats, is
+ * not a call here); exact at every read with no call in flight, like
+ * stats' own counters.
+ *
  * It also marks, for observation (issue 19), that what the chain below
  * allocates from CUDA is rankmem's own: rk_obs_internal_depth, a plain
  * thread-local increment around the upstream call. */
@@ -68,7 +81,16 @@ typedef struct {
     uint64_t id;            /* unique for the process: thread caches never match a newer one */
     uint32_t period;        /* atomic: mean calls between timed ones; 1: every call */
     slot_t *slots;          /* atomic head */
+    rankmem_resource_t *view; /* the stats adaptor above that counts the calls (not retained:
+                               * it holds this layer), or NULL: the layer counts them */
 } timing_t;
+
+static const rankmem_resource_ops_t timing_ops, timing_view_ops;
+
+static inline int is_timing(const rankmem_resource_t *mr)
+{
+    return mr && (mr->ops == &timing_ops || mr->ops == &timing_view_ops);
+}
 
 static uint64_t next_id = 1; /* atomic */
 static __thread char thread_tag __attribute__((tls_model("initial-exec")));
@@ -263,6 +285,94 @@ static rankmem_status_t timing_deallocate(rankmem_resource_t *mr, void *ptr, siz
     return st;
 }
 
+/* ---- counted by the stats adaptor above (rk_mpi_timing_count_from) ---- */
+
+/* Calls of this thread until its next timed one, over every layer counted
+ * by a stats adaptor (in practice the rank's one). Its own thread only: a
+ * plain decrement. 0 at thread start, so the first call is timed. */
+static __thread int32_t view_countdown __attribute__((tls_model("initial-exec")));
+static __thread uint64_t view_rng __attribute__((tls_model("initial-exec")));
+
+/* After a timed call: its time into the slot, the next interval. */
+static __attribute__((noinline)) void view_sampled(timing_t *t, slot_t *s, uint64_t ns)
+{
+    if (s != NULL) {
+        bump(&s->ns, ns);
+        bump(&s->sampled, 1);
+    }
+    uint32_t p = __atomic_load_n(&t->period, __ATOMIC_RELAXED), len = 1;
+    if (p > 1) {
+        uint64_t x = view_rng;
+        if (RK_MPI_UNLIKELY(x == 0))
+            x = ((uint64_t)(uintptr_t)&view_rng * 0x9e3779b97f4a7c15ull) | 1;
+        x ^= x << 13; /* xorshift64 */
+        x ^= x >> 7;
+        x ^= x << 17;
+        view_rng = x;
+        /* 1 .. 2p - 1 by a multiply and a shift: no division. */
+        len = 1 + (uint32_t)(((x >> 32) * (2 * (uint64_t)p - 1)) >> 32);
+    }
+    view_countdown = (int32_t)len;
+}
+
+static __attribute__((noinline)) rankmem_status_t view_timed_allocate(timing_t *t, size_t bytes,
+                                                                       size_t alignment,
+                                                                       rankmem_stream_t stream,
+                                                                       void **ptr_p)
+{
+    rankmem_resource_t *up = t->base.upstream;
+    slot_t *s = get_slot(t);
+    rk_obs_internal_depth++;
+    uint64_t t0 = rk_mpi_now_ns();
+    rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
+    view_sampled(t, s, rk_mpi_now_ns() - t0);
+    rk_obs_internal_depth--;
+    if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
+        rk_mpi_staging_forget(*ptr_p, bytes);
+    return st;
+}
+
+static __attribute__((noinline)) rankmem_status_t view_timed_deallocate(timing_t *t, void *ptr,
+                                                                         size_t bytes,
+                                                                         size_t alignment,
+                                                                         rankmem_stream_t stream)
+{
+    rankmem_resource_t *up = t->base.upstream;
+    slot_t *s = get_slot(t);
+    rk_obs_internal_depth++;
+    uint64_t t0 = rk_mpi_now_ns();
+    rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+    view_sampled(t, s, rk_mpi_now_ns() - t0);
+    rk_obs_internal_depth--;
+    return st;
+}
+
+static rankmem_status_t view_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                      rankmem_stream_t stream, void **ptr_p)
+{
+    if (RK_MPI_UNLIKELY(view_countdown-- <= 1))
+        return view_timed_allocate((timing_t *)mr, bytes, alignment, stream, ptr_p);
+    rankmem_resource_t *up = mr->upstream;
+    rk_obs_internal_depth++;
+    rankmem_status_t st = up->ops->allocate(up, bytes, alignment, stream, ptr_p);
+    rk_obs_internal_depth--;
+    if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
+        return forget(*ptr_p, bytes);
+    return st;
+}
+
+static rankmem_status_t view_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                        size_t alignment, rankmem_stream_t stream)
+{
+    if (RK_MPI_UNLIKELY(view_countdown-- <= 1))
+        return view_timed_deallocate((timing_t *)mr, ptr, bytes, alignment, stream);
+    rankmem_resource_t *up = mr->upstream;
+    rk_obs_internal_depth++;
+    rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
+    rk_obs_internal_depth--;
+    return st;
+}
+
 /* Queries and trims are about the memory below: ask it. */
 static rankmem_status_t timing_query(rankmem_resource_t *mr, rankmem_query_t what,
                                      size_t *value_p)
@@ -307,6 +417,18 @@ static const rankmem_resource_ops_t timing_ops = {
     .finalize = timing_finalize,
 };
 
+/* The same layer once a stats adaptor above counts its calls. */
+static const rankmem_resource_ops_t timing_view_ops = {
+    .size = sizeof(rankmem_resource_ops_t),
+    .name = "timing",
+    .allocate = view_allocate,
+    .deallocate = view_deallocate,
+    .query = timing_query,
+    .is_equal = timing_is_equal,
+    .trim = timing_trim,
+    .finalize = timing_finalize,
+};
+
 rankmem_status_t rk_mpi_timing_create(rankmem_resource_t *upstream, rankmem_resource_t **mr_p)
 {
     if (!upstream || !mr_p)
@@ -325,9 +447,27 @@ rankmem_status_t rk_mpi_timing_create(rankmem_resource_t *upstream, rankmem_reso
     return RANKMEM_SUCCESS;
 }
 
+rankmem_status_t rk_mpi_timing_count_from(rankmem_resource_t *mr, rankmem_resource_t *stats)
+{
+    const char *name = NULL;
+    rankmem_resource_t *below = NULL;
+    if (!is_timing(mr) || !stats || rankmem_resource_name(stats, &name) != RANKMEM_SUCCESS ||
+        !name || strcmp(name, "stats") != 0 ||
+        rankmem_resource_upstream(stats, &below) != RANKMEM_SUCCESS || below != mr)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    timing_t *t = (timing_t *)mr;
+    /* Calls already counted here would be lost (and a thread may be inside one). */
+    if (__atomic_load_n(&t->slots, __ATOMIC_ACQUIRE) != NULL)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    t->view = stats;
+    /* Before the chain is shared (make_resource): no thread reads ops yet. */
+    t->base.ops = &timing_view_ops;
+    return RANKMEM_SUCCESS;
+}
+
 rankmem_status_t rk_mpi_timing_set_period(rankmem_resource_t *mr, unsigned period)
 {
-    if (!mr || mr->ops != &timing_ops || period == 0 || period > (1u << 20))
+    if (!is_timing(mr) || period == 0 || period > (1u << 20))
         return RANKMEM_ERR_INVALID_ARGUMENT;
     /* Threads pick it up at their next timed call. */
     __atomic_store_n(&((timing_t *)mr)->period, (uint32_t)period, __ATOMIC_RELAXED);
@@ -336,9 +476,10 @@ rankmem_status_t rk_mpi_timing_set_period(rankmem_resource_t *mr, unsigned perio
 
 rankmem_status_t rk_mpi_timing_read(const rankmem_resource_t *mr, rk_mpi_timing_t *out_p)
 {
-    if (!mr || mr->ops != &timing_ops || !out_p)
+    if (!is_timing(mr) || !out_p)
         return RANKMEM_ERR_INVALID_ARGUMENT;
     rk_mpi_timing_t r = {0, 0, 0, 0};
+    const timing_t *t = (const timing_t *)mr;
     for (const slot_t *s = __atomic_load_n(&((const timing_t *)mr)->slots, __ATOMIC_ACQUIRE); s;
          s = s->next) {
         r.sampled_ns += __atomic_load_n(&s->ns, __ATOMIC_RELAXED);
@@ -346,6 +487,12 @@ rankmem_status_t rk_mpi_timing_read(const rankmem_resource_t *mr, rk_mpi_timing_
                    __atomic_load_n(&s->len, __ATOMIC_RELAXED) -
                    __atomic_load_n(&s->countdown, __ATOMIC_RELAXED);
         r.sampled += __atomic_load_n(&s->sampled, __ATOMIC_RELAXED);
+    }
+    if (t->view) { /* the intervals' counts were not kept: stats has the calls */
+        rankmem_stats_t st = {.size = sizeof st};
+        if (rankmem_stats_get(t->view, &st) != RANKMEM_SUCCESS)
+            return RANKMEM_ERR_INVALID_ARGUMENT;
+        r.calls = 2 * (uint64_t)st.count_total - st.count_current + st.failures;
     }
     /* In floating point: ns * calls overflows 64 bits after ~5 hours in
      * the allocator over a billion calls. */

@@ -20,6 +20,14 @@ extern "C" {
  * one call in `period` (32 unless set). Retains upstream. */
 RK_MPI_HIDDEN rankmem_status_t rk_mpi_timing_create(rankmem_resource_t *upstream,
                                                     rankmem_resource_t **mr_p);
+/* stats is a stats adaptor right above mr (its upstream), made before any
+ * call went through mr: from now on the layer takes its call count from
+ * stats' counters (allocations + frees + failures) and keeps none of its
+ * own, which makes its untimed call cheaper. stats is not retained (it
+ * holds mr): read mr (rk_mpi_timing_read) only while stats lives.
+ * RANKMEM_ERR_INVALID_ARGUMENT (nothing changed) otherwise. */
+RK_MPI_HIDDEN rankmem_status_t rk_mpi_timing_count_from(rankmem_resource_t *mr,
+                                                        rankmem_resource_t *stats);
 /* Mean calls between timed ones, per thread: 1 times every call (exact
  * sums, four clock reads a pair), up to 2^20. */
 RK_MPI_HIDDEN rankmem_status_t rk_mpi_timing_set_period(rankmem_resource_t *mr,

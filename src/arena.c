@@ -82,6 +82,16 @@
 #define PENDING_MAX 1024 /* cross-stream frees an arena holds before it drains them */
 #define PENDING_STREAMS 8 /* distinct streams among them */
 #define USED_BATCH ((long long)256 << 10) /* most an arena's use runs above its part */
+/* What one thread writes on every pair (its superblock's fields and
+ * bitmap, its arena) sits this far from what another thread writes: x86
+ * cores fetch lines in aligned pairs (the adjacent-line prefetcher), so two
+ * threads writing the two halves of a 128-byte pair take the lines from
+ * each other much as if they shared one. Threads' superblocks are mostly
+ * neighbouring slots (each takes the lowest free one), so with 64-byte
+ * entries threads 2k and 2k+1 were coupled on every pair (issue 21: the
+ * arena's ns per pair per thread jumped from ~67 to ~118 at the thread
+ * count where two busy superblocks first became neighbours, and stayed). */
+#define APART 128
 
 typedef struct arena arena_t;
 
@@ -90,8 +100,8 @@ typedef struct arena arena_t;
  * thread is the only one to come, it enters and leaves with plain loads and
  * stores; other threads (a free from elsewhere, a defragmentation, a query)
  * take the bias away and use the real lock. */
-/* One per slot, a cache line each: arenas on different threads write their
- * own superblocks' fields without sharing lines. */
+/* One per slot, APART bytes each: arenas on different threads write their
+ * own superblocks' fields without sharing (or pairing) lines. */
 typedef struct sb {
     arena_t *owner;      /* atomic: the arena holding it; NULL while in the global arena */
     uint64_t *bits;      /* free units (1 = free); meaningful while owned */
@@ -100,7 +110,7 @@ typedef struct sb {
     uint32_t nfree;      /* free units */
     uint32_t first_word; /* no free unit in the words below */
     uint32_t max_run;    /* upper bound on the longest free run, in units */
-} __attribute__((aligned(64))) sb_t;
+} __attribute__((aligned(APART))) sb_t;
 
 /* The streams that freed memory in a slot of the global arena since the slot
  * was last handed out whole: who takes memory there waits for them. */
@@ -142,7 +152,7 @@ struct arena {
     long long floor;  /* minus a superblock's bytes: delta below it is added to the total */
     size_t waits;     /* stream orderings made for pending frees */
     size_t hint;      /* the slot that served the last small request */
-};
+} __attribute__((aligned(APART)));
 
 typedef struct {
     arena_t *own;
@@ -196,6 +206,11 @@ typedef struct {
 } ar_t;
 
 static const rankmem_resource_ops_t arena_ops;
+
+_Static_assert(sizeof(sb_t) == APART && sizeof(arena_t) % APART == 0,
+               "superblocks' fields and arenas APART bytes apart");
+_Static_assert(MIN_SUPERBLOCK / UNIT * sizeof(uint32_t) % APART == 0,
+               "each slot's part of reqs a multiple of APART bytes");
 
 /* ---- bits ---- */
 
@@ -896,13 +911,13 @@ static void arena_free(arena_t *a)
 static arena_t *arena_new(ar_t *r, rankmem_stream_t stream, int per_thread)
 {
     arena_t *a = NULL;
-    if (posix_memalign((void **)&a, 64, sizeof *a) != 0)
+    if (posix_memalign((void **)&a, APART, sizeof *a) != 0)
         return NULL;
     memset(a, 0, sizeof *a);
     rk_block_init(&a->lock, 1); /* biased to the thread that made it */
     /* Its own cache lines: arenas of other threads never share one with it. */
-    size_t bytes = rk_align_up((r->nbuckets * (r->nwords + r->nsum) + r->nwords) * 8, 64);
-    if (posix_memalign((void **)&a->bucket, 64, bytes) == 0)
+    size_t bytes = rk_align_up((r->nbuckets * (r->nwords + r->nsum) + r->nwords) * 8, APART);
+    if (posix_memalign((void **)&a->bucket, APART, bytes) == 0)
         memset(a->bucket, 0, bytes);
     else
         a->bucket = NULL;
@@ -1847,15 +1862,15 @@ rankmem_status_t rankmem_arena_create(rankmem_resource_t *upstream,
     pthread_mutex_init(&r->dlock, NULL);
     rk_tslot_set_init(&r->slots, sizeof(tcache_t), NULL);
 
-    /* Per superblock its bitmap and their summary, on cache lines of their own. */
-    size_t words_per_sb = rk_align_up(r->sb_words + 2 * ((r->sb_words + 63) / 64), 8);
+    /* Per superblock its bitmap and their summary, APART bytes from the next. */
+    size_t words_per_sb = rk_align_up(r->sb_words + 2 * ((r->sb_words + 63) / 64), APART / 8);
     void *sbs = NULL;
-    if (posix_memalign(&sbs, 64, r->nslots * sizeof(sb_t)) == 0) {
+    if (posix_memalign(&sbs, APART, r->nslots * sizeof(sb_t)) == 0) {
         memset(sbs, 0, r->nslots * sizeof(sb_t));
         r->sbs = sbs;
     }
     void *bits = NULL;
-    if (posix_memalign(&bits, 64, r->nslots * words_per_sb * sizeof(uint64_t)) == 0)
+    if (posix_memalign(&bits, APART, r->nslots * words_per_sb * sizeof(uint64_t)) == 0)
         r->bitsmem = bits; /* written when a superblock is handed out */
     /* Zeroed pages of their own, touched only where blocks start. */
     r->reqs_mem = calloc(r->nslots * r->units * sizeof *r->reqs + 64, 1);
@@ -1865,7 +1880,7 @@ rankmem_status_t rankmem_arena_create(rankmem_resource_t *upstream,
     r->gwords = (r->arena_units + 63) / 64;
     size_t gsum = (r->gwords + 63) / 64;
     void *g = NULL;
-    if (posix_memalign(&g, 64, sizeof(sb_t)) == 0) {
+    if (posix_memalign(&g, APART, sizeof(sb_t)) == 0) {
         memset(g, 0, sizeof(sb_t));
         r->g = g;
     }

@@ -2,21 +2,30 @@
  * the call stack that made it; a leak report.
  *
  * Pointer-keyed maps (ptrmap.h) hold a small record per live allocation.
- * So that threads scale, the maps are SHARDS shards picked by a hash of the
- * pointer, each under its own mutex on its own cache line: 16 threads
- * rarely meet on one. Records are allocated and backtraces taken before
- * the lock, and the upstream is called outside it, so a lock covers only
- * its map. A free the map does not know (double free, foreign pointer) or
- * with another size than the allocation is refused before the upstream
- * sees it: put tracking over a resource that would corrupt itself on such
- * a call.
+ * So that threads scale, the maps are the parts of blocks.h's shard
+ * machinery: a thread records what it allocates in the part of its thread
+ * slot (its own while there are no more threads than parts), under a lock
+ * biased to it (bias.h: plain loads and stores while no other thread
+ * comes), and a free looks in the freeing thread's part first, then in the
+ * others. Parts were picked by a hash of the pointer before (issue 21):
+ * each thread of a benchmark reuses a few addresses, and with 16 threads
+ * over 64 parts two threads' addresses often shared a part, whose lock
+ * and map lines then moved between their cores on every call (59 M pairs/s
+ * at 8 threads, 34 M at 16). Parts are 128 bytes apart beyond their
+ * fields, so that the hardware's pairing of neighbouring lines does not
+ * couple two threads' parts either. Records are allocated and backtraces
+ * taken before the lock, and the upstream is called outside it. A free
+ * the maps do not know (double free, foreign pointer) or with another size
+ * than the allocation is refused before the upstream sees it: put
+ * tracking over a resource that would corrupt itself on such a call.
  *
- * Live bytes and count are the sums of the shards' (each read under its
- * lock): exact whenever no call is in flight. The high-water mark is an
+ * Live bytes and count are the sums of the parts' (every part locked):
+ * exact whenever no call is in flight. The high-water mark is an
  * rk_tpeak_t (tslot.h): exact with one thread, within n * TRACKING_SLACK
  * bytes of the true peak with n threads. */
 #define _GNU_SOURCE
 #include "internal.h"
+#include "blocks.h"
 #include "ptrmap.h"
 #include "tslot.h"
 
@@ -38,33 +47,30 @@ typedef struct {
     void *frames[]; /* MAX_FRAMES when backtraces are on */
 } record_t;
 
-#define SHARDS 64 /* a power of two; 64 KiB of empty maps in all */
 #define TRACKING_SLACK ((size_t)8 << 20) /* the peak's bound per thread: see stats.c */
 
-typedef struct {
-    pthread_mutex_t lock;
-    rk_ptrmap_t map; /* ptr -> record_t* */
-    size_t bytes;    /* live in this shard (under lock) */
-} __attribute__((aligned(64))) shard_t;
+/* A part: the shard's fields (lock, live map, used = live bytes, live =
+ * count), then at least a line of nothing before the next part. */
+typedef union {
+    rk_shard_t sh;
+    char room[(sizeof(rk_shard_t) + 64 + 127) / 128 * 128];
+} part_t;
+#define PART sizeof(part_t)
+_Static_assert(sizeof(rk_shard_t) + 64 <= sizeof(part_t) && sizeof(part_t) % 128 == 0,
+               "a free line between parts, parts a multiple of 128 bytes apart");
 
 typedef struct {
     rankmem_resource_t base;
     int backtraces;
-    int nready;      /* shards whose lock and map were set up */
     rk_tpeak_t high; /* live bytes, for the high-water mark */
     rk_tslot_set_t slots; /* of rk_tpeak_local_t */
-    shard_t shards[SHARDS];
+    void *parts;     /* RK_NSHARDS parts of PART bytes */
 } tracking_t;
 
-static inline shard_t *shard_of(tracking_t *t, const void *p)
+static inline rk_shard_t *part_at(tracking_t *t, unsigned i)
 {
-    /* The top bits of a multiplicative hash: the map inside uses bits from
-     * 17 up, so a shard's keys still spread over its map. */
-    uint64_t h = (uint64_t)(uintptr_t)p * 0xff51afd7ed558ccdull;
-    return &t->shards[h >> (64 - 6)];
+    return rk_shard_at(t->parts, PART, i);
 }
-
-_Static_assert(SHARDS == 64, "shard_of takes 6 bits");
 
 /* The high-water mark follows the maps: d is two's complement. */
 static inline void high_move(tracking_t *t, size_t d, int up)
@@ -163,28 +169,34 @@ static rankmem_status_t tracking_allocate(rankmem_resource_t *mr, size_t bytes, 
         free(r);
         return st;
     }
-    shard_t *sh = shard_of(t, p);
-    pthread_mutex_lock(&sh->lock);
-    /* Present already: it was freed behind our back (straight to the
-     * upstream) and handed out again. The new allocation replaces it. */
-    record_t *stale = rk_ptrmap_remove(&sh->map, p);
-    if (stale)
-        sh->bytes -= stale->bytes;
-    st = rk_ptrmap_insert(&sh->map, p, r);
-    if (st == RANKMEM_SUCCESS)
-        sh->bytes += bytes;
-    pthread_mutex_unlock(&sh->lock);
+    rk_shard_t *sh = part_at(t, rk_shard_index());
+    record_t *stale = NULL;
+    rk_shard_lock_own(sh);
+    st = rk_shard_ready(sh);
+    if (st == RANKMEM_SUCCESS) {
+        /* Present already: it was freed behind our back (straight to the
+         * upstream) and handed out again to this thread. The new allocation
+         * replaces it. (Handed out to another thread, the stale record
+         * stays in this part until this thread is handed the address again
+         * or the address is freed with the stale record's size.) */
+        size_t at = rk_live_find(sh, p);
+        if (RK_UNLIKELY(at != SIZE_MAX)) {
+            stale = sh->live_map.slots[at].value;
+            rk_live_drop(sh, at, stale->bytes);
+        }
+        st = rk_live_add(sh, p, r, bytes);
+    }
+    rk_shard_unlock(sh);
     if (stale) {
         high_move(t, (size_t)0 - stale->bytes, 0);
         free(stale);
     }
-    if (st == RANKMEM_SUCCESS)
-        high_move(t, bytes, 1);
-    if (st != RANKMEM_SUCCESS) {
+    if (RK_UNLIKELY(st != RANKMEM_SUCCESS)) {
         up->ops->deallocate(up, p, bytes, alignment, stream);
         free(r);
         return rk_error(st, "tracking: cannot record a %zu-byte allocation", bytes);
     }
+    high_move(t, bytes, 1);
     *ptr_p = p;
     return RANKMEM_SUCCESS;
 }
@@ -194,40 +206,37 @@ static rankmem_status_t tracking_deallocate(rankmem_resource_t *mr, void *ptr, s
 {
     tracking_t *t = (tracking_t *)mr;
     rankmem_resource_t *up = mr->upstream;
-    shard_t *sh = shard_of(t, ptr);
-    pthread_mutex_lock(&sh->lock);
-    size_t at = rk_ptrmap_find(&sh->map, ptr);
-    record_t *r = at == SIZE_MAX ? NULL : sh->map.slots[at].value;
-    if (!r) {
-        pthread_mutex_unlock(&sh->lock);
+    size_t at;
+    /* The freeing thread's part first: mostly the thread that allocated. */
+    rk_shard_t *sh = rk_shard_find_live(t->parts, PART, part_at(t, rk_shard_index()), 0, ptr,
+                                        &at);
+    if (!sh)
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
                         "tracking: deallocate of %p (%zu bytes), which is not live here "
                         "(double free or foreign pointer)",
                         ptr, bytes);
-    }
+    record_t *r = sh->live_map.slots[at].value;
     if (r->bytes != bytes) {
         size_t had = r->bytes;
-        pthread_mutex_unlock(&sh->lock);
+        rk_shard_unlock(sh);
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
                         "tracking: deallocate of %p with %zu bytes, but it was allocated with "
                         "%zu bytes",
                         ptr, bytes, had);
     }
-    rk_ptrmap_remove_at(&sh->map, at);
-    sh->bytes -= bytes;
-    pthread_mutex_unlock(&sh->lock);
+    rk_live_drop(sh, at, bytes);
+    rk_shard_unlock(sh);
     /* Out before the upstream has it: another thread may be handed the
      * same memory at once, and counting it twice would inflate the peak. */
     high_move(t, (size_t)0 - bytes, 0);
     rankmem_status_t st = up->ops->deallocate(up, ptr, bytes, alignment, stream);
     if (st != RANKMEM_SUCCESS) {
-        /* The upstream kept it: it is still live. Removing one entry left
-         * room for it, so this insert cannot need to grow the map. */
-        pthread_mutex_lock(&sh->lock);
-        int back = rk_ptrmap_insert(&sh->map, ptr, r) == RANKMEM_SUCCESS;
-        if (back)
-            sh->bytes += bytes;
-        pthread_mutex_unlock(&sh->lock);
+        /* The upstream kept it: it is still live, in the part it was in.
+         * Removing one entry left room for it, so this insert cannot need
+         * to grow the map. */
+        rk_shard_lock(sh);
+        int back = rk_live_add(sh, ptr, r, bytes) == RANKMEM_SUCCESS;
+        rk_shard_unlock(sh);
         if (back)
             high_move(t, bytes, 0); /* live before: no new peak */
         else
@@ -265,26 +274,18 @@ static void snap_one(const void *key, void *value, void *arg)
     memcpy(e->frames, r->frames, (size_t)r->nframes * sizeof(void *));
 }
 
-/* Every shard locked, in order: a snapshot consistent across shards. */
-static void lock_all(tracking_t *t)
-{
-    for (int i = 0; i < SHARDS; i++)
-        pthread_mutex_lock(&t->shards[i].lock);
-}
+/* Every part locked, in order: a snapshot consistent across parts. */
+static void lock_all(tracking_t *t) { rk_shards_lock_all(t->parts, PART); }
+static void unlock_all(tracking_t *t) { rk_shards_unlock_all(t->parts, PART); }
 
-static void unlock_all(tracking_t *t)
-{
-    for (int i = SHARDS - 1; i >= 0; i--)
-        pthread_mutex_unlock(&t->shards[i].lock);
-}
-
-/* Live bytes and count. Caller holds every lock. */
+/* Live bytes and count. Caller holds every lock (or, at finalize, no
+ * other thread runs). */
 static void sum_shards(tracking_t *t, size_t *bytes_p, size_t *count_p)
 {
     size_t b = 0, n = 0;
-    for (int i = 0; i < SHARDS; i++) {
-        b += t->shards[i].bytes;
-        n += t->shards[i].map.count;
+    for (unsigned i = 0; i < RK_NSHARDS; i++) {
+        b += part_at(t, i)->used;
+        n += part_at(t, i)->live;
     }
     *bytes_p = b;
     *count_p = n;
@@ -303,8 +304,9 @@ static rankmem_status_t snapshot(tracking_t *t, snap_t *s, size_t *bytes_p)
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
                         "tracking: no host memory to copy %zu live allocations", n);
     }
-    for (int i = 0; i < SHARDS; i++)
-        rk_ptrmap_each(&t->shards[i].map, snap_one, s);
+    for (unsigned i = 0; i < RK_NSHARDS; i++)
+        if (part_at(t, i)->live_map.slots)
+            rk_ptrmap_each(&part_at(t, i)->live_map, snap_one, s);
     if (bytes_p)
         *bytes_p = bytes;
     unlock_all(t);
@@ -508,20 +510,18 @@ static void free_record(const void *key, void *value, void *arg)
 static rankmem_status_t tracking_finalize(rankmem_resource_t *mr)
 {
     tracking_t *t = (tracking_t *)mr;
-    size_t b = 0, n = 0;
-    for (int i = 0; i < t->nready; i++) {
-        b += t->shards[i].bytes;
-        n += t->shards[i].map.count;
-    }
-    if (n)
-        fprintf(stderr,
-                "rankmem: tracking: released with %zu live allocations (%zu bytes) still "
-                "held by its upstream\n",
-                n, b);
-    for (int i = 0; i < t->nready; i++) {
-        rk_ptrmap_each(&t->shards[i].map, free_record, NULL);
-        rk_ptrmap_fini(&t->shards[i].map);
-        pthread_mutex_destroy(&t->shards[i].lock);
+    if (t->parts) {
+        size_t b, n;
+        sum_shards(t, &b, &n);
+        if (n)
+            fprintf(stderr,
+                    "rankmem: tracking: released with %zu live allocations (%zu bytes) still "
+                    "held by its upstream\n",
+                    n, b);
+        for (unsigned i = 0; i < RK_NSHARDS; i++)
+            if (part_at(t, i)->live_map.slots)
+                rk_ptrmap_each(&part_at(t, i)->live_map, free_record, NULL);
+        rk_shards_free(t->parts, PART);
     }
     if (t->slots.id)
         rk_tslot_set_fini(&t->slots, NULL, NULL);
@@ -562,18 +562,9 @@ rankmem_status_t rankmem_tracking_create(rankmem_resource_t *upstream, int backt
     t->backtraces = backtraces != 0;
     rk_tpeak_init(&t->high);
     rk_tslot_set_init(&t->slots, sizeof(rk_tpeak_local_t), NULL);
-    for (; t->nready < SHARDS; t->nready++) {
-        shard_t *sh = &t->shards[t->nready];
-        if (pthread_mutex_init(&sh->lock, NULL) != 0) {
-            rankmem_resource_release(mr); /* finalize frees it and drops the upstream */
-            return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
-                            "rankmem_tracking_create: cannot create a mutex");
-        }
-        if ((st = rk_ptrmap_init(&sh->map, 0)) != RANKMEM_SUCCESS) {
-            pthread_mutex_destroy(&sh->lock);
-            rankmem_resource_release(mr);
-            return rk_error(st, "rankmem_tracking_create: no host memory for the pointer map");
-        }
+    if ((st = rk_shards_new(PART, &t->parts)) != RANKMEM_SUCCESS) {
+        rankmem_resource_release(mr); /* finalize frees it and drops the upstream */
+        return rk_error(st, "rankmem_tracking_create: no host memory for its parts");
     }
     if (t->backtraces)
         pthread_once(&self_once, init_self);

@@ -34,8 +34,10 @@ struct rk_tslot {
     rk_tslot_t *tprev, *tnext; /* the owner thread's list (global lock) */
 };
 
-/* Payloads start on their own cache line: no false sharing between threads. */
-#define RK_TSLOT_ALIGN 64
+/* Payloads start on their own pair of cache lines and end on one: no false
+ * sharing between threads, nor the coupling of neighbouring lines that x86
+ * cores fetch in aligned pairs (see APART in arena.c). */
+#define RK_TSLOT_ALIGN 128
 #define RK_TSLOT_HEADER rk_align_up(sizeof(rk_tslot_t), RK_TSLOT_ALIGN)
 
 /* Called under the global lock when a thread takes a slot: fresh is 1 for a

@@ -482,6 +482,57 @@ static void bad_inputs(void)
     rankmem_resource_release(sys);
 }
 
+/* An upstream that hands out one address, over and over. */
+static char same_buf[4096] __attribute__((aligned(256)));
+
+static rankmem_status_t same_alloc(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                   rankmem_stream_t stream, void **ptr_p)
+{
+    (void)mr, (void)bytes, (void)alignment, (void)stream;
+    *ptr_p = same_buf;
+    return RANKMEM_SUCCESS;
+}
+
+static rankmem_status_t same_free(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                  size_t alignment, rankmem_stream_t stream)
+{
+    (void)mr, (void)ptr, (void)bytes, (void)alignment, (void)stream;
+    return RANKMEM_SUCCESS;
+}
+
+static const rankmem_resource_ops_t same_ops = {
+    .size = sizeof(rankmem_resource_ops_t),
+    .name = "same",
+    .allocate = same_alloc,
+    .deallocate = same_free,
+};
+
+/* A block freed behind tracking's back (straight to the upstream) and
+ * handed out again to the same thread: the new allocation replaces the
+ * stale record. */
+static void freed_behind(void)
+{
+    static rankmem_resource_t up;
+    rankmem_resource_init(&up, &same_ops, RANKMEM_PROP_HOST_ACCESSIBLE, NULL);
+    rankmem_resource_t *tr;
+    rankmem_tracking_create(&up, 0, &tr);
+    void *p, *q;
+    rankmem_allocate(tr, 100, 0, &p);
+    rankmem_deallocate(&up, p, 100, 0); /* behind its back */
+    is_status(rankmem_allocate(tr, 200, 0, &q), RANKMEM_SUCCESS, "freed behind: allocated again");
+    size_t bytes = 0, count = 0;
+    rankmem_tracking_outstanding(tr, &bytes, &count);
+    ok(q == p && count == 1 && bytes == 200,
+       "freed behind: the new allocation replaced the stale record (%zu in %zu)", bytes, count);
+    is_status(rankmem_deallocate(tr, q, 100, 0), RANKMEM_ERR_INVALID_POINTER,
+              "freed behind: the stale size is refused");
+    is_status(rankmem_deallocate(tr, q, 200, 0), RANKMEM_SUCCESS,
+              "freed behind: freed with the new size");
+    rankmem_tracking_outstanding(tr, &bytes, &count);
+    ok(count == 0 && bytes == 0, "freed behind: nothing live");
+    rankmem_resource_release(tr);
+}
+
 int main(void)
 {
     over_counting_and_pool();
@@ -491,5 +542,6 @@ int main(void)
     sixteen_threads();
     one_thread_high();
     bad_inputs();
+    freed_behind();
     return tap_done();
 }

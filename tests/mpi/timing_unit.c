@@ -26,6 +26,8 @@ static rankmem_status_t up_alloc(rankmem_resource_t *mr, size_t bytes, size_t al
     (void)stream;
     if (rk_obs_internal_depth != 1)
         __atomic_add_fetch(&((up_t *)mr)->unmarked, 1, __ATOMIC_RELAXED);
+    if (bytes > ((size_t)1 << 40)) /* refused without asking malloc (sanitizers abort) */
+        return RANKMEM_ERR_OUT_OF_MEMORY;
     void *p = malloc(bytes);
     if (!p)
         return RANKMEM_ERR_OUT_OF_MEMORY;
@@ -167,6 +169,80 @@ static void short_run(void)
     rankmem_resource_release(tm);
 }
 
+/* Under a stats adaptor that counts its calls (the plugin's chain): the
+ * calls are stats' allocations + frees + failures, exact from 16 threads;
+ * every call timed with period 1; the mark still around every call. */
+static void counted_by_stats(void)
+{
+    up_t *u = make_up();
+    rankmem_resource_t *tm, *st, *other;
+    rk_mpi_timing_create(&u->base, &tm);
+    rankmem_resource_release(&u->base);
+    rankmem_stats_create(tm, &st);
+    rankmem_stats_create(&u->base, &other);
+    is_status(rk_mpi_timing_count_from(tm, other), RANKMEM_ERR_INVALID_ARGUMENT,
+              "count_from: a stats adaptor that is not right above");
+    is_status(rk_mpi_timing_count_from(tm, &u->base), RANKMEM_ERR_INVALID_ARGUMENT,
+              "count_from: not a stats adaptor");
+    is_status(rk_mpi_timing_count_from(&u->base, st), RANKMEM_ERR_INVALID_ARGUMENT,
+              "count_from: not a timing layer");
+    is_status(rk_mpi_timing_count_from(NULL, st), RANKMEM_ERR_INVALID_ARGUMENT,
+              "count_from: NULL");
+    rankmem_resource_release(other);
+    is_status(rk_mpi_timing_count_from(tm, st), RANKMEM_SUCCESS, "count_from: stats above");
+    rk_mpi_timing_t r = read_t(tm);
+    ok(r.calls == 0 && r.sampled == 0 && r.ns == 0, "counted by stats: nothing before a call");
+    pthread_t th[NT];
+    for (int i = 0; i < NT; i++)
+        pthread_create(&th[i], NULL, pairs, st);
+    int errors = 0;
+    for (int i = 0; i < NT; i++) {
+        void *rv;
+        pthread_join(th[i], &rv);
+        errors += rv != NULL;
+    }
+    r = read_t(tm);
+    ok(errors == 0 && u->unmarked == 0,
+       "counted by stats, 16 threads: every call succeeded, marked");
+    ok(r.calls == (uint64_t)NT * 2 * PAIRS, "counted by stats, 16 threads: calls exact (%llu)",
+       (unsigned long long)r.calls);
+    ok(r.sampled >= NT && r.sampled >= r.calls / 64 && r.sampled <= r.calls / 16,
+       "counted by stats, 16 threads: about one call in 32 timed (%llu of %llu)",
+       (unsigned long long)r.sampled, (unsigned long long)r.calls);
+    ok(scaled(r) && r.ns > r.sampled_ns, "counted by stats: the estimate scales the timed calls");
+    /* A failed allocation is a call too. */
+    void *p = NULL;
+    is_status(rankmem_allocate(st, (size_t)1 << 62, 0, &p), RANKMEM_ERR_OUT_OF_MEMORY,
+              "counted by stats: an allocation the upstream refuses");
+    ok(read_t(tm).calls == r.calls + 1, "counted by stats: the failed allocation is counted");
+    is_status(rk_mpi_timing_set_period(tm, 1), RANKMEM_SUCCESS, "counted by stats: period 1");
+    ok(pairs(st) == NULL, "counted by stats, period 1: %d pairs", PAIRS);
+    rk_mpi_timing_t r1 = read_t(tm);
+    /* The first call after the change may still finish an interval drawn before it. */
+    ok(r1.calls == r.calls + 1 + 2 * PAIRS && r1.sampled >= r.sampled + 2 * PAIRS - 64,
+       "counted by stats, period 1: every call counted, (nearly) every one timed (%llu, %llu)",
+       (unsigned long long)(r1.calls - r.calls), (unsigned long long)(r1.sampled - r.sampled));
+    ok(rk_obs_internal_depth == 0, "counted by stats: the mark is undone after each call");
+    rankmem_resource_release(st);
+}
+
+/* Once a call went through, the layer keeps counting itself. */
+static void count_from_late(void)
+{
+    up_t *u = make_up();
+    rankmem_resource_t *tm, *st;
+    rk_mpi_timing_create(&u->base, &tm);
+    rankmem_resource_release(&u->base);
+    rankmem_stats_create(tm, &st);
+    void *p;
+    rankmem_allocate(st, 64, 0, &p);
+    is_status(rk_mpi_timing_count_from(tm, st), RANKMEM_ERR_INVALID_ARGUMENT,
+              "count_from after a call: refused");
+    rankmem_deallocate(st, p, 64, 0);
+    ok(read_t(tm).calls == 2, "count_from refused: the layer still counts (2 calls)");
+    rankmem_resource_release(st);
+}
+
 static void bad_inputs(void)
 {
     up_t *u = make_up();
@@ -198,6 +274,8 @@ int main(void)
     every_call();
     sixteen_threads();
     short_run();
+    counted_by_stats();
+    count_from_late();
     bad_inputs();
     return tap_done();
 }
