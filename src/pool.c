@@ -630,9 +630,9 @@ static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
         char *a0 = (char *)(((uintptr_t)b->ptr + gmask) & ~gmask);
         char *a1 = (char *)(((uintptr_t)b->ptr + b->size) & ~gmask);
         size_t over = p->held - keep;
-        if (p->backing->fit) { /* whole handles only, all of them */
+        if (p->backing->fit) { /* whole handles only, as few as cover what is over */
             size_t len = (size_t)(a1 - a0);
-            if (!p->backing->fit(p->bctx, &a0, &len))
+            if (!p->backing->fit(p->bctx, &a0, &len, over))
                 continue;
             a1 = a0 + len;
         } else if ((size_t)(a1 - a0) > over) { /* give back only what is over */

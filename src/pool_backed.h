@@ -25,8 +25,9 @@ typedef struct rk_pool_backing {
     /* Give back [ptr, ptr + bytes): granule-aligned, mapped, wholly free. */
     rankmem_status_t (*shrink)(void *ctx, char *ptr, size_t bytes);
     /* Optional: narrow [*ptr_p, + *bytes_p) (granule-aligned) to what
-     * shrink can take (whole physical handles); 0 when nothing. */
-    int (*fit)(void *ctx, char **ptr_p, size_t *bytes_p);
+     * shrink can take (whole physical handles), and of those to the first
+     * ones that make at least `want` bytes (all if fewer); 0 when nothing. */
+    int (*fit)(void *ctx, char **ptr_p, size_t *bytes_p, size_t want);
     size_t granule; /* a power of two, at least 256 */
     /* Free mapped bytes kept when giving back at growth. */
     size_t release;

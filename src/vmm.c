@@ -72,11 +72,11 @@ static rankmem_status_t vmm_grow(void *ctx, size_t bytes, char **ptr_p, size_t *
     return st;
 }
 
-static int vmm_fit(void *ctx, char **ptr_p, size_t *bytes_p)
+static int vmm_fit(void *ctx, char **ptr_p, size_t *bytes_p, size_t want)
 {
     vmm_t *v = ctx;
     pthread_mutex_lock(&v->map_lock);
-    int fits = rk_vmm_map_fit(v->map, ptr_p, bytes_p);
+    int fits = rk_vmm_map_fit(v->map, ptr_p, bytes_p, want);
     pthread_mutex_unlock(&v->map_lock);
     return fits;
 }
