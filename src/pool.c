@@ -1436,6 +1436,18 @@ rankmem_status_t rk_pool_create_backed(const rk_pool_backing_t *ops, void *ctx, 
     return pool_new(NULL, &prm, props, device, ops, ctx, mr_p);
 }
 
+rankmem_status_t rk_pool_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                  rankmem_stream_t stream, void **ptr_p)
+{
+    return pool_allocate(mr, bytes, alignment, stream, ptr_p);
+}
+
+rankmem_status_t rk_pool_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                    size_t alignment, rankmem_stream_t stream)
+{
+    return pool_deallocate(mr, ptr, bytes, alignment, stream);
+}
+
 int rk_pool_is_live(rankmem_resource_t *mr, const void *ptr, size_t bytes)
 {
     pool_t *p = (pool_t *)mr;

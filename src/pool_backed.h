@@ -40,6 +40,14 @@ RK_HIDDEN rankmem_status_t rk_pool_create_backed(const rk_pool_backing_t *ops, v
                                                  unsigned props, int device,
                                                  rankmem_resource_t **mr_p);
 
+/* The pool's allocate and deallocate, called directly (the vmm's zones):
+ * one indirect call fewer on the pair. */
+RK_HIDDEN rankmem_status_t rk_pool_allocate(rankmem_resource_t *pool, size_t bytes,
+                                            size_t alignment, rankmem_stream_t stream,
+                                            void **ptr_p);
+RK_HIDDEN rankmem_status_t rk_pool_deallocate(rankmem_resource_t *pool, void *ptr, size_t bytes,
+                                              size_t alignment, rankmem_stream_t stream);
+
 /* Whether ptr is a live block of the pool allocated with `bytes` bytes. */
 RK_HIDDEN int rk_pool_is_live(rankmem_resource_t *pool, const void *ptr, size_t bytes);
 
