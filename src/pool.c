@@ -713,45 +713,6 @@ static void backed_make_room(pool_t *p, size_t need)
     unlock_all(p);
 }
 
-/* Called over budget, after defragment (every free block coalesced into
- * s): the largest free block of s (sh locked) that ends at a granule boundary
- * with nothing mapped after it, extended there by what the request lacks;
- * then the block the request fits in, or NULL (nothing mapped). A loop
- * whose buffer comes back a little larger than the block it freed, or cut
- * by smaller requests in between, so maps the difference instead of a
- * whole new buffer, and the free block is not given back to make room for
- * it (the inference trace's second pass: a 256 MiB buffer given back and
- * mapped again at every step otherwise). Within the budget only. A free
- * block that is a region of its own (no neighbour before it) goes back
- * whole instead and the request is mapped afresh, in its place. */
-static blk_t *grow_in_place(pool_t *p, slist_t *s, size_t bytes, size_t alignment)
-{
-    const uintptr_t gmask = (uintptr_t)p->backing->granule - 1;
-    size_t need = bytes + alignment - UNIT;
-    blk_t *t = NULL;
-    for (unsigned c = next_class(s, 0); c < NCLASS; c = next_class(s, c + 1))
-        for (blk_t *b = s->heads[c]; b; b = b->fnext)
-            if (b->prev && !b->next && !(((uintptr_t)b->ptr + b->size) & gmask) &&
-                b->size < need && (!t || b->size > t->size))
-                t = b;
-    if (!t)
-        return NULL;
-    size_t add = rk_align_up(need - t->size, p->backing->granule), size = 0;
-    pthread_mutex_lock(&p->grow_lock);
-    int grown = p->held + add <= backed_budget(p) &&
-                p->backing->grow_at(p->bctx, t->ptr + t->size, add, &size) == RANKMEM_SUCCESS;
-    if (grown) {
-        __atomic_store_n(&p->held, p->held + size, __ATOMIC_RELAXED);
-        if (p->held > p->held_high)
-            p->held_high = p->held;
-    }
-    pthread_mutex_unlock(&p->grow_lock);
-    if (!grown)
-        return NULL;
-    list_resize(s, t, t->size + size);
-    return list_find(s, bytes, alignment);
-}
-
 /* Everything wholly free back to the backing (growth failed: the device may
  * be out of memory, or the maximum reached). */
 static void backed_give_back_all(pool_t *p)
@@ -923,11 +884,6 @@ static rankmem_status_t find_slow(pool_t *p, shard_t *sh, rankmem_stream_t strea
                 rk_shard_lock(sh);
                 s = list_for(sh, stream, 1);
                 if (s && (b = list_find(s, bytes, alignment)) != NULL)
-                    break;
-                /* Then a free block that ends where nothing is mapped grows
-                 * in place by what it lacks, if that fits the budget. */
-                if (s && p->backing->grow_at &&
-                    (b = grow_in_place(p, s, bytes, alignment)) != NULL)
                     break;
                 rk_shard_unlock(sh);
                 backed_make_room(p, bytes + alignment - UNIT);

@@ -22,10 +22,6 @@
 typedef struct rk_pool_backing {
     /* Map at least bytes; *size_p: what was mapped (a multiple of granule). */
     rankmem_status_t (*grow)(void *ctx, size_t bytes, char **ptr_p, size_t *size_p);
-    /* Optional: map at least bytes exactly at ptr (granule-aligned) if the
-     * span there is unmapped; *size_p: what was mapped. A free block that
-     * ends there then grows in place instead of a new span being mapped. */
-    rankmem_status_t (*grow_at)(void *ctx, char *ptr, size_t bytes, size_t *size_p);
     /* Give back [ptr, ptr + bytes): granule-aligned, mapped, wholly free. */
     rankmem_status_t (*shrink)(void *ctx, char *ptr, size_t bytes);
     /* Optional: narrow [*ptr_p, + *bytes_p) (granule-aligned) to what

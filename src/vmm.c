@@ -72,15 +72,6 @@ static rankmem_status_t vmm_grow(void *ctx, size_t bytes, char **ptr_p, size_t *
     return st;
 }
 
-static rankmem_status_t vmm_grow_at(void *ctx, char *ptr, size_t bytes, size_t *size_p)
-{
-    vmm_t *v = ctx;
-    pthread_mutex_lock(&v->map_lock);
-    rankmem_status_t st = rk_vmm_map_grow_at(v->map, ptr, bytes, size_p);
-    pthread_mutex_unlock(&v->map_lock);
-    return st;
-}
-
 static int vmm_fit(void *ctx, char **ptr_p, size_t *bytes_p, size_t want)
 {
     vmm_t *v = ctx;
@@ -362,7 +353,6 @@ rankmem_status_t rankmem_vmm_create(const rankmem_vmm_params_t *params, rankmem_
     }
     v->backing.grow = vmm_grow;
     v->backing.shrink = vmm_shrink;
-    v->backing.grow_at = vmm_grow_at;
     v->backing.granule = rk_vmm_map_granule(v->map);
     if (rk_vmm_map_multi(v->map)) /* handles of several granules go back whole */
         v->backing.fit = vmm_fit;

@@ -640,46 +640,6 @@ int rk_vmm_map_multi(const rk_vmm_map_t *m)
     return m->hmax > 1 || m->hauto;
 }
 
-/* Map n granules at granule start: in hole `hole` (its first granules) or,
- * hole SIZE_MAX, at the frontier. All or nothing. */
-static rankmem_status_t map_span(rk_vmm_map_t *m, size_t start, size_t n, size_t hole,
-                                 char **ptr_p, size_t *size_p)
-{
-    size_t size = n * m->granule;
-    size_t done = 0, hmax = m->hauto ? auto_ext(m) : m->hmax;
-    rankmem_status_t st = RANKMEM_SUCCESS;
-    while (done < n) {
-        size_t k = n - done < hmax ? n - done : hmax;
-        if ((st = map_ext(m, start + done, k)) != RANKMEM_SUCCESS)
-            break;
-        done += k;
-    }
-    if (st == RANKMEM_SUCCESS)
-        st = set_access(m, m->base + start * m->granule, size);
-    if (st != RANKMEM_SUCCESS) {
-        for (size_t g = start; g < start + done;) {
-            size_t k = ext_of(m, g);
-            unmap_ext(m, g);
-            g += k;
-        }
-        return st;
-    }
-    if (hole != SIZE_MAX) {
-        m->holes[hole].start += n;
-        m->holes[hole].count -= n;
-        if (!m->holes[hole].count)
-            hole_remove(m, hole);
-    } else {
-        m->frontier = start + n;
-    }
-    m->mapped += size;
-    if (m->mapped > m->mapped_high)
-        m->mapped_high = m->mapped;
-    *ptr_p = m->base + start * m->granule;
-    *size_p = size;
-    return RANKMEM_SUCCESS;
-}
-
 rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *m, size_t bytes, char **ptr_p, size_t *size_p)
 {
     if (bytes == 0 || bytes > SIZE_MAX - m->granule)
@@ -713,25 +673,38 @@ rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *m, size_t bytes, char **ptr_p, si
                             "%zu mapped); raise reserve=",
                             size, m->ngranules * m->granule, m->mapped);
     }
-    return map_span(m, start, n, hole, ptr_p, size_p);
-}
-
-rankmem_status_t rk_vmm_map_grow_at(rk_vmm_map_t *m, char *ptr, size_t bytes, size_t *size_p)
-{
-    size_t off = (size_t)(ptr - m->base);
-    if (ptr < m->base || off % m->granule || bytes == 0 || bytes > SIZE_MAX - m->granule)
-        return RANKMEM_ERR_INVALID_ARGUMENT;
-    size_t g = off / m->granule, n = (bytes + m->granule - 1) / m->granule;
-    if (m->maximum < m->mapped || m->maximum - m->mapped < n * m->granule)
-        return RANKMEM_ERR_OUT_OF_MEMORY;
-    size_t hole = SIZE_MAX;
-    for (size_t i = 0; i < m->nholes && m->holes[i].start <= g; i++)
-        if (m->holes[i].start == g && m->holes[i].count >= n)
-            hole = i;
-    if (hole == SIZE_MAX && (g != m->frontier || g + n > m->ngranules))
-        return RANKMEM_ERR_OUT_OF_MEMORY; /* mapped, or not room enough: no error recorded */
-    char *p;
-    return map_span(m, g, n, hole, &p, size_p);
+    size_t done = 0, hmax = m->hauto ? auto_ext(m) : m->hmax;
+    rankmem_status_t st = RANKMEM_SUCCESS;
+    while (done < n) {
+        size_t k = n - done < hmax ? n - done : hmax;
+        if ((st = map_ext(m, start + done, k)) != RANKMEM_SUCCESS)
+            break;
+        done += k;
+    }
+    if (st == RANKMEM_SUCCESS)
+        st = set_access(m, m->base + start * m->granule, size);
+    if (st != RANKMEM_SUCCESS) {
+        for (size_t g = start; g < start + done;) {
+            size_t k = ext_of(m, g);
+            unmap_ext(m, g);
+            g += k;
+        }
+        return st;
+    }
+    if (hole != SIZE_MAX) {
+        m->holes[hole].start += n;
+        m->holes[hole].count -= n;
+        if (!m->holes[hole].count)
+            hole_remove(m, hole);
+    } else {
+        m->frontier = start + n;
+    }
+    m->mapped += size;
+    if (m->mapped > m->mapped_high)
+        m->mapped_high = m->mapped;
+    *ptr_p = m->base + start * m->granule;
+    *size_p = size;
+    return RANKMEM_SUCCESS;
 }
 
 rankmem_status_t rk_vmm_map_shrink(rk_vmm_map_t *m, char *ptr, size_t bytes)

@@ -65,12 +65,6 @@ RK_HIDDEN void rk_vmm_map_fail_at(rk_vmm_map_t *map, size_t nth, size_t count);
  * nothing stays mapped. One access call covers the whole new range. */
 RK_HIDDEN rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *map, size_t bytes, char **ptr_p,
                                            size_t *size_p);
-/* Map at least `bytes` (rounded up to granules) exactly at ptr
- * (granule-aligned), when the span there is unmapped: the start of a hole,
- * or the frontier. Else RANKMEM_ERR_OUT_OF_MEMORY with no error recorded
- * (the caller grows elsewhere); nothing is mapped then. */
-RK_HIDDEN rankmem_status_t rk_vmm_map_grow_at(rk_vmm_map_t *map, char *ptr, size_t bytes,
-                                              size_t *size_p);
 /* Unmap and release the granules of [ptr, ptr + bytes): granule-aligned,
  * mapped, whole handles; the span becomes a hole. */
 RK_HIDDEN rankmem_status_t rk_vmm_map_shrink(rk_vmm_map_t *map, char *ptr, size_t bytes);
