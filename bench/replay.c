@@ -6,8 +6,8 @@
  * chain is the spec over a stats probe over the spec's leaf (or the
  * simulated upstream), built with rankmem_resource_from_spec_upstream.
  *
- *   rankmem-replay [--spec SPEC] [--repeat N] [--simulate] [--sim-memory SIZE]
- *                  [--json] TRACE.csv...
+ *   rankmem-replay [--spec SPEC] [--repeat N] [--warm] [--simulate]
+ *                  [--sim-memory SIZE] [--json] TRACE.csv...
  *
  * Every trace is read and checked whole before anything is replayed; a
  * malformed one is refused with "file:line: what is wrong" and exit status 1.
@@ -1145,8 +1145,17 @@ static uint64_t timer_overhead(void)
     return best;
 }
 
+/* What a vmm in the chain did (rankmem_vmm_get_stats); present 0: no vmm. */
 typedef struct {
-    double ns_per_op;
+    int present;
+    size_t handles_created, granules_mapped, granules_released, give_backs;
+} vmm_count_t;
+
+typedef struct {
+    double ns_per_op;       /* the timed pass (with --warm: the second) */
+    double cold_ns_per_op;  /* --warm: the first pass, from an empty chain */
+    vmm_count_t vmm;        /* of the timed pass */
+    vmm_count_t vmm_cold;   /* --warm: of the first pass */
     size_t peak_reserved;   /* by the measure below */
     const char *measured_by; /* the resource whose RESERVED_HIGH it is; NULL: the probe's */
     size_t peak_upstream;   /* the probe's peak: what the chain took from its upstream */
@@ -1159,23 +1168,13 @@ typedef struct {
     size_t sim_leaked;
 } run_result_t;
 
-static void replay_once(chain_cfg_t *cfg, const trace_t *t, rankmem_stream_t *streams,
-                        uint32_t **thread_ops, size_t *thread_nops, uint64_t timer_ns,
-                        run_result_t *res)
+/* One pass of the trace over r->mr; returns the time inside the calls in
+ * ns. What the trace leaves live (model weights, ...) is freed after the
+ * clock stops, so the chain is empty for release or for another pass. */
+static uint64_t replay_pass(replay_t *r, uint32_t **thread_ops, size_t *thread_nops,
+                            uint64_t timer_ns)
 {
-    memset(res, 0, sizeof *res);
-    /* Over-aligned (the sequence number has a cache line of its own). */
-    size_t rsize = (sizeof(replay_t) + 63) & ~(size_t)63;
-    replay_t *r = aligned_alloc(64, rsize);
-    if (!r)
-        fatal("out of host memory (%zu bytes)", rsize);
-    memset(r, 0, rsize);
-    rankmem_resource_t *probe;
-    chain_build(cfg, &r->mr, &probe);
-    r->t = t;
-    r->streams = streams;
-    r->live = xcalloc(t->nslots, sizeof *r->live);
-    r->timer_ns = timer_ns;
+    const trace_t *t = r->t;
     uint64_t ns;
     if (t->nthreads <= 1) {
         uint64_t t0 = now_ns();
@@ -1214,18 +1213,75 @@ static void replay_once(chain_cfg_t *cfg, const trace_t *t, rankmem_stream_t *st
         free(r->thread_busy_ns);
         free(r->wake);
     }
-    res->ns_per_op = t->nops ? (double)ns / (double)t->nops : 0;
-    res->err = r->err;
-
-    /* What the trace leaves live (model weights, ...), freed before release. */
     for (size_t s = 0; s < t->nslots; s++)
         if (r->live[s].p) {
             rankmem_status_t st = rankmem_deallocate_async(
-                r->mr, r->live[s].p, r->live[s].size, 0, streams[r->live[s].stream]);
-            if (st != RANKMEM_SUCCESS && res->err.free_errors++ == 0)
-                snprintf(res->err.first_free_error_msg, sizeof res->err.first_free_error_msg,
+                r->mr, r->live[s].p, r->live[s].size, 0, r->streams[r->live[s].stream]);
+            if (st != RANKMEM_SUCCESS && r->err.free_errors++ == 0)
+                snprintf(r->err.first_free_error_msg, sizeof r->err.first_free_error_msg,
                          "at the end: %s", errmsg(st));
+            r->live[s].p = NULL;
         }
+    return ns;
+}
+
+/* The vmm counters of the chain, if it has a vmm (else all zero). */
+static void vmm_counters(rankmem_resource_t *mr, vmm_count_t *c)
+{
+    memset(c, 0, sizeof *c);
+    rankmem_vmm_stats_t s;
+    memset(&s, 0, sizeof s);
+    s.size = sizeof s;
+    if (rankmem_vmm_get_stats(mr, &s) != RANKMEM_SUCCESS) {
+        rankmem_clear_error();
+        return;
+    }
+    c->present = 1;
+    c->handles_created = s.handles_created;
+    c->granules_mapped = s.granules_mapped;
+    c->granules_released = s.granules_released;
+    c->give_backs = s.give_backs;
+}
+
+static void vmm_count_sub(vmm_count_t *a, const vmm_count_t *b)
+{
+    a->handles_created -= b->handles_created;
+    a->granules_mapped -= b->granules_mapped;
+    a->granules_released -= b->granules_released;
+    a->give_backs -= b->give_backs;
+}
+
+/* A run: a fresh chain, one timed pass (with warm, an untimed pass first on
+ * the same chain: the steady state of a loop that replays the same step). */
+static void replay_once(chain_cfg_t *cfg, const trace_t *t, rankmem_stream_t *streams,
+                        uint32_t **thread_ops, size_t *thread_nops, uint64_t timer_ns,
+                        int warm, run_result_t *res)
+{
+    memset(res, 0, sizeof *res);
+    /* Over-aligned (the sequence number has a cache line of its own). */
+    size_t rsize = (sizeof(replay_t) + 63) & ~(size_t)63;
+    replay_t *r = aligned_alloc(64, rsize);
+    if (!r)
+        fatal("out of host memory (%zu bytes)", rsize);
+    memset(r, 0, rsize);
+    rankmem_resource_t *probe;
+    chain_build(cfg, &r->mr, &probe);
+    r->t = t;
+    r->streams = streams;
+    r->live = xcalloc(t->nslots, sizeof *r->live);
+    r->timer_ns = timer_ns;
+    if (warm) {
+        uint64_t cold = replay_pass(r, thread_ops, thread_nops, timer_ns);
+        res->cold_ns_per_op = t->nops ? (double)cold / (double)t->nops : 0;
+        vmm_counters(r->mr, &res->vmm_cold);
+    }
+    uint64_t ns = replay_pass(r, thread_ops, thread_nops, timer_ns);
+    res->ns_per_op = t->nops ? (double)ns / (double)t->nops : 0;
+    res->err = r->err;
+    vmm_counters(r->mr, &res->vmm);
+    if (warm)
+        vmm_count_sub(&res->vmm, &res->vmm_cold); /* the timed pass's own */
+
     const probe_mr_t *pm = (const probe_mr_t *)probe;
     struct {
         size_t bytes_peak;
@@ -1324,7 +1380,8 @@ typedef struct {
     const trace_t *t;
     double ns_median;
     double *ns_runs;
-    int repeat;
+    double cold_median; /* --warm: the untimed-before pass, timed too */
+    int repeat, warm;
     run_result_t worst; /* peak reserved and failures: the largest of the runs */
     const char *timing;
 } trace_result_t;
@@ -1339,7 +1396,8 @@ static void print_json(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const 
     fprintf(f, ",\n  \"simulate\": %s", cfg->simulate ? "true" : "false");
     if (cfg->simulate)
         fprintf(f, ",\n  \"simulated_memory_bytes\": %zu", cfg->sim.cap);
-    fprintf(f, ",\n  \"streams\": \"%s\",\n  \"repeat\": %d,\n  \"traces\": [", streams, repeat);
+    fprintf(f, ",\n  \"streams\": \"%s\",\n  \"repeat\": %d,\n  \"warm\": %s,\n  \"traces\": [",
+            streams, repeat, ntr > 0 && tr[0].warm ? "true" : "false");
     for (int i = 0; i < ntr; i++) {
         const trace_t *t = tr[i].t;
         const run_result_t *w = &tr[i].worst;
@@ -1355,7 +1413,22 @@ static void print_json(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const 
         for (int k = 0; k < repeat; k++)
             fprintf(f, "%s%.2f", k ? ", " : "", tr[i].ns_runs[k]);
         double ratio = t->peak_live ? (double)w->peak_reserved / (double)t->peak_live : 0;
-        fprintf(f, "],\n     \"reserved_measure\": \"%s\", ", w->measured_by ? "query" : "upstream");
+        fprintf(f, "],\n     ");
+        if (tr[i].warm)
+            fprintf(f, "\"warm\": true, \"cold_ns_per_op\": %.2f, ", tr[i].cold_median);
+        if (w->vmm.present) {
+            fprintf(f, "\"vmm\": {\"handles_created\": %zu, \"granules_mapped\": %zu, "
+                       "\"granules_released\": %zu, \"give_backs\": %zu",
+                    w->vmm.handles_created, w->vmm.granules_mapped, w->vmm.granules_released,
+                    w->vmm.give_backs);
+            if (tr[i].warm)
+                fprintf(f, ", \"cold\": {\"handles_created\": %zu, \"granules_mapped\": %zu, "
+                           "\"granules_released\": %zu, \"give_backs\": %zu}",
+                        w->vmm_cold.handles_created, w->vmm_cold.granules_mapped,
+                        w->vmm_cold.granules_released, w->vmm_cold.give_backs);
+            fprintf(f, "},\n     ");
+        }
+        fprintf(f, "\"reserved_measure\": \"%s\", ", w->measured_by ? "query" : "upstream");
         if (w->measured_by) {
             fprintf(f, "\"reserved_by\": ");
             json_string(f, w->measured_by);
@@ -1411,8 +1484,11 @@ static void reserved_note(FILE *f, const char *lead, const run_result_t *w)
 static void print_table(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const char *streams,
                         trace_result_t *tr, int ntr, int repeat)
 {
-    fprintf(f, "spec %s (chain %s)%s, streams: %s, median of %d run%s\n", cfg->spec, chain_desc,
-            cfg->simulate ? ", simulated upstream" : "", streams, repeat, repeat == 1 ? "" : "s");
+    int warm = ntr > 0 && tr[0].warm;
+    fprintf(f, "spec %s (chain %s)%s, streams: %s, median of %d run%s%s\n", cfg->spec, chain_desc,
+            cfg->simulate ? ", simulated upstream" : "", streams, repeat, repeat == 1 ? "" : "s",
+            warm ? "; --warm: ns/op of the second pass on the same chain, cold ns/op of the "
+                   "first" : "");
     if (cfg->simulate) {
         char b[32];
         const char *rep = cfg->replaced && *cfg->replaced ? cfg->replaced : NULL;
@@ -1422,17 +1498,23 @@ static void print_table(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const
     }
     if (ntr > 0)
         reserved_note(f, "peak reserved: ", &tr[0].worst);
-    fprintf(f, "%-40s %7s %3s %3s %8s %8s %11s %13s %8s %8s\n", "trace", "events", "thr", "str",
+    fprintf(f, "%-40s %7s %3s %3s %8s %8s %11s %13s %8s %8s", "trace", "events", "thr", "str",
             "ops", "ns/op", "peak live", "peak reserved", "res/live", "failures");
+    if (warm)
+        fprintf(f, " %11s", "cold ns/op");
+    fputc('\n', f);
     for (int i = 0; i < ntr; i++) {
         const trace_t *t = tr[i].t;
         const run_result_t *w = &tr[i].worst;
         char a[32], b[32];
         double ratio = t->peak_live ? (double)w->peak_reserved / (double)t->peak_live : 0;
-        fprintf(f, "%-40s %7zu %3" PRIu32 " %3" PRIu32 " %8zu %8.1f %11s %13s %8.3f %8zu\n",
+        fprintf(f, "%-40s %7zu %3" PRIu32 " %3" PRIu32 " %8zu %8.1f %11s %13s %8.3f %8zu",
                 t->name, t->nevents, t->nthreads, t->nstreams, t->nops, tr[i].ns_median,
                 human(a, sizeof a, t->peak_live), human(b, sizeof b, w->peak_reserved), ratio,
                 w->err.failures);
+        if (warm)
+            fprintf(f, " %11.1f", tr[i].cold_median);
+        fputc('\n', f);
     }
     for (int i = 0; i < ntr; i++) {
         const trace_t *t = tr[i].t;
@@ -1456,6 +1538,18 @@ static void print_table(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const
             fprintf(f, "  %s: ", t->name);
             reserved_note(f, "peak reserved here: ", w);
         }
+        if (w->vmm.present && warm)
+            fprintf(f, "  %s: vmm, first pass: %zu handles created, %zu granules mapped, %zu "
+                       "released, %zu give-backs; timed pass: %zu, %zu, %zu, %zu\n",
+                    t->name, w->vmm_cold.handles_created, w->vmm_cold.granules_mapped,
+                    w->vmm_cold.granules_released, w->vmm_cold.give_backs,
+                    w->vmm.handles_created, w->vmm.granules_mapped, w->vmm.granules_released,
+                    w->vmm.give_backs);
+        else if (w->vmm.present)
+            fprintf(f, "  %s: vmm: %zu handles created, %zu granules mapped, %zu released, "
+                       "%zu give-backs\n",
+                    t->name, w->vmm.handles_created, w->vmm.granules_mapped,
+                    w->vmm.granules_released, w->vmm.give_backs);
         if (t->nthreads > 1)
             fprintf(f, "  %s: %" PRIu32 " threads in log order; ns/op is the time inside the "
                        "calls, less the clock's cost\n", t->name, t->nthreads);
@@ -1467,12 +1561,14 @@ static void print_table(FILE *f, chain_cfg_t *cfg, const char *chain_desc, const
 static void usage(FILE *f)
 {
     fprintf(f,
-            "usage: %s [--spec SPEC] [--repeat N] [--simulate] [--sim-memory SIZE] [--json] "
-            "TRACE.csv...\n"
+            "usage: %s [--spec SPEC] [--repeat N] [--warm] [--simulate] [--sim-memory SIZE] "
+            "[--json] TRACE.csv...\n"
             "  --spec SPEC        resource chain (default: pool>cuda on a GPU, pool>system "
             "without one)\n"
             "  --repeat N         timed runs per trace, each on a fresh chain; the median is "
             "reported (default 3)\n"
+            "  --warm             each run replays the trace once on its fresh chain, then "
+            "times a second pass on it (the steady state of a loop); both times reported\n"
             "  --simulate         replace the spec's leaf by a simulated upstream: address "
             "space only, never touched\n"
             "  --sim-memory SIZE  size of the simulated upstream (default 80GiB)\n"
@@ -1485,7 +1581,7 @@ static void usage(FILE *f)
 int main(int argc, char **argv)
 {
     const char *spec = NULL;
-    int repeat = 3, json = 0;
+    int repeat = 3, json = 0, warm = 0;
     chain_cfg_t cfg;
     memset(&cfg, 0, sizeof cfg);
     cfg.sim_memory = DEFAULT_SIM_MEMORY;
@@ -1521,6 +1617,8 @@ int main(int argc, char **argv)
                         val ? rankmem_last_error() : "missing");
                 exit(2);
             }
+        } else if (!opts_done && !strcmp(a, "--warm")) {
+            warm = 1;
         } else if (!opts_done && !strcmp(a, "--json")) {
             json = 1;
         } else if (!opts_done && (!strcmp(a, "-h") || !strcmp(a, "--help"))) {
@@ -1579,6 +1677,8 @@ int main(int argc, char **argv)
         trace_t *t = &traces[i];
         tr[i].t = t;
         tr[i].repeat = repeat;
+        tr[i].warm = warm;
+        double *cold_runs = xcalloc((size_t)repeat, sizeof *cold_runs);
         tr[i].ns_runs = xcalloc((size_t)repeat, sizeof(double));
         tr[i].timing = t->nthreads > 1 ? "per-call" : "loop";
         /* Each log thread's operations, in order. */
@@ -1595,8 +1695,9 @@ int main(int argc, char **argv)
         rankmem_stream_t *streams = make_streams(t, real);
         for (int k = 0; k < repeat; k++) {
             run_result_t res;
-            replay_once(&cfg, t, streams, thread_ops, thread_nops, timer_ns, &res);
+            replay_once(&cfg, t, streams, thread_ops, thread_nops, timer_ns, warm, &res);
             tr[i].ns_runs[k] = res.ns_per_op;
+            cold_runs[k] = res.cold_ns_per_op;
             /* Runs replay the same order; should they differ, report the worst. */
             run_result_t *w = &tr[i].worst;
             if (k == 0) {
@@ -1637,6 +1738,10 @@ int main(int argc, char **argv)
         qsort(sorted, (size_t)repeat, sizeof *sorted, cmp_double);
         tr[i].ns_median = repeat % 2 ? sorted[repeat / 2]
                                      : (sorted[repeat / 2 - 1] + sorted[repeat / 2]) / 2;
+        qsort(cold_runs, (size_t)repeat, sizeof *cold_runs, cmp_double);
+        tr[i].cold_median = repeat % 2 ? cold_runs[repeat / 2]
+                                       : (cold_runs[repeat / 2 - 1] + cold_runs[repeat / 2]) / 2;
+        free(cold_runs);
         free(sorted);
         destroy_streams(t, streams, real);
         for (uint32_t k = 0; k < t->nthreads; k++)

@@ -96,6 +96,7 @@ typedef struct {
     void *bctx;
     size_t live_high;           /* peak live bytes seen when growing */
     size_t give_backs, given;   /* times memory was given back, bytes */
+    int at_peak;                /* the growth under way follows a new peak of live bytes */
 } pool_t;
 
 /* ---- size classes ---- */
@@ -585,7 +586,7 @@ static size_t backed_budget(const pool_t *p)
  * keep bytes are mapped; the pieces around each interior stay free, cut off
  * from it (the unmapped span is a hole between them). Caller holds every
  * shard lock and grow_lock. */
-static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
+static rankmem_status_t give_back_locked(pool_t *p, size_t keep, int all)
 {
     if (p->held <= keep)
         return RANKMEM_SUCCESS;
@@ -622,6 +623,15 @@ static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
                     cuts[n++].b = b;
                 }
         }
+    /* Handles given back may be made again at once (~60 us each on an
+     * H100): when the live bytes reach a new peak, only what is over goes
+     * back (a program that grows step by step would otherwise give back and
+     * remake its free memory at every step: 1,065 handles made for a peak
+     * of 568 granules on the inference trace, 361 this way). When it grows
+     * below its peak (fragmentation), every whole free handle goes back:
+     * the growth then maps handles of the need's size in the holes, which
+     * live blocks pin less (powerlaw.csv: 1.053 this way, 1.072 otherwise). */
+    size_t want = all ? SIZE_MAX : 0;
     size_t given = 0;
     for (size_t i = 0; i < n && p->held > keep; i++) {
         shard_t *sh = cuts[i].sh;
@@ -630,9 +640,9 @@ static rankmem_status_t give_back_locked(pool_t *p, size_t keep)
         char *a0 = (char *)(((uintptr_t)b->ptr + gmask) & ~gmask);
         char *a1 = (char *)(((uintptr_t)b->ptr + b->size) & ~gmask);
         size_t over = p->held - keep;
-        if (p->backing->fit) { /* whole handles only, all of them */
+        if (p->backing->fit) { /* whole handles only, as few as cover what is over */
             size_t len = (size_t)(a1 - a0);
-            if (!p->backing->fit(p->bctx, &a0, &len))
+            if (!p->backing->fit(p->bctx, &a0, &len, want ? want : over))
                 continue;
             a1 = a0 + len;
         } else if ((size_t)(a1 - a0) > over) { /* give back only what is over */
@@ -680,7 +690,8 @@ static int backed_over_budget(pool_t *p, size_t need)
     size_t live = 0;
     for (int i = 0; i < NSHARDS; i++)
         live += p->shards[i].used;
-    if (live + need > p->live_high)
+    p->at_peak = live + need > p->live_high;
+    if (p->at_peak)
         p->live_high = live + need;
     fits = p->held + add <= backed_budget(p);
     pthread_mutex_unlock(&p->grow_lock);
@@ -696,8 +707,8 @@ static void backed_make_room(pool_t *p, size_t need)
     lock_all(p);
     pthread_mutex_lock(&p->grow_lock);
     size_t budget = backed_budget(p);
-    if (p->held + add > budget)
-        (void)give_back_locked(p, budget > add ? budget - add : 0); /* a failure only costs room */
+    if (p->held + add > budget) /* a failure only costs room */
+        (void)give_back_locked(p, budget > add ? budget - add : 0, !p->at_peak);
     pthread_mutex_unlock(&p->grow_lock);
     unlock_all(p);
 }
@@ -708,7 +719,7 @@ static void backed_give_back_all(pool_t *p)
 {
     lock_all(p);
     pthread_mutex_lock(&p->grow_lock);
-    (void)give_back_locked(p, 0);
+    (void)give_back_locked(p, 0, 1);
     pthread_mutex_unlock(&p->grow_lock);
     unlock_all(p);
 }
@@ -1124,7 +1135,7 @@ static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes)
     lock_all(p);
     pthread_mutex_lock(&p->grow_lock);
     if (p->backing) { /* granules, not chunks */
-        rankmem_status_t st = give_back_locked(p, keep_bytes);
+        rankmem_status_t st = give_back_locked(p, keep_bytes, 0);
         pthread_mutex_unlock(&p->grow_lock);
         unlock_all(p);
         return st;
@@ -1423,6 +1434,18 @@ rankmem_status_t rk_pool_create_backed(const rk_pool_backing_t *ops, void *ctx, 
     rankmem_pool_params_t prm;
     rankmem_pool_params_default(&prm);
     return pool_new(NULL, &prm, props, device, ops, ctx, mr_p);
+}
+
+rankmem_status_t rk_pool_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
+                                  rankmem_stream_t stream, void **ptr_p)
+{
+    return pool_allocate(mr, bytes, alignment, stream, ptr_p);
+}
+
+rankmem_status_t rk_pool_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                    size_t alignment, rankmem_stream_t stream)
+{
+    return pool_deallocate(mr, ptr, bytes, alignment, stream);
 }
 
 int rk_pool_is_live(rankmem_resource_t *mr, const void *ptr, size_t bytes)

@@ -25,8 +25,9 @@ typedef struct rk_pool_backing {
     /* Give back [ptr, ptr + bytes): granule-aligned, mapped, wholly free. */
     rankmem_status_t (*shrink)(void *ctx, char *ptr, size_t bytes);
     /* Optional: narrow [*ptr_p, + *bytes_p) (granule-aligned) to what
-     * shrink can take (whole physical handles); 0 when nothing. */
-    int (*fit)(void *ctx, char **ptr_p, size_t *bytes_p);
+     * shrink can take (whole physical handles), and of those to the first
+     * ones that make at least `want` bytes (all if fewer); 0 when nothing. */
+    int (*fit)(void *ctx, char **ptr_p, size_t *bytes_p, size_t want);
     size_t granule; /* a power of two, at least 256 */
     /* Free mapped bytes kept when giving back at growth. */
     size_t release;
@@ -38,6 +39,14 @@ typedef struct rk_pool_backing {
 RK_HIDDEN rankmem_status_t rk_pool_create_backed(const rk_pool_backing_t *ops, void *ctx,
                                                  unsigned props, int device,
                                                  rankmem_resource_t **mr_p);
+
+/* The pool's allocate and deallocate, called directly (the vmm's zones):
+ * one indirect call fewer on the pair. */
+RK_HIDDEN rankmem_status_t rk_pool_allocate(rankmem_resource_t *pool, size_t bytes,
+                                            size_t alignment, rankmem_stream_t stream,
+                                            void **ptr_p);
+RK_HIDDEN rankmem_status_t rk_pool_deallocate(rankmem_resource_t *pool, void *ptr, size_t bytes,
+                                              size_t alignment, rankmem_stream_t stream);
 
 /* Whether ptr is a live block of the pool allocated with `bytes` bytes. */
 RK_HIDDEN int rk_pool_is_live(rankmem_resource_t *pool, const void *ptr, size_t bytes);

@@ -72,11 +72,11 @@ static rankmem_status_t vmm_grow(void *ctx, size_t bytes, char **ptr_p, size_t *
     return st;
 }
 
-static int vmm_fit(void *ctx, char **ptr_p, size_t *bytes_p)
+static int vmm_fit(void *ctx, char **ptr_p, size_t *bytes_p, size_t want)
 {
     vmm_t *v = ctx;
     pthread_mutex_lock(&v->map_lock);
-    int fits = rk_vmm_map_fit(v->map, ptr_p, bytes_p);
+    int fits = rk_vmm_map_fit(v->map, ptr_p, bytes_p, want);
     pthread_mutex_unlock(&v->map_lock);
     return fits;
 }
@@ -100,15 +100,13 @@ static inline rankmem_resource_t *zone_of(const vmm_t *v, size_t bytes)
 static rankmem_status_t vmm_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
                                      rankmem_stream_t stream, void **ptr_p)
 {
-    rankmem_resource_t *pool = zone_of((vmm_t *)mr, bytes);
-    return pool->ops->allocate(pool, bytes, alignment, stream, ptr_p);
+    return rk_pool_allocate(zone_of((vmm_t *)mr, bytes), bytes, alignment, stream, ptr_p);
 }
 
 static rankmem_status_t vmm_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
                                        size_t alignment, rankmem_stream_t stream)
 {
-    rankmem_resource_t *pool = zone_of((vmm_t *)mr, bytes);
-    return pool->ops->deallocate(pool, ptr, bytes, alignment, stream);
+    return rk_pool_deallocate(zone_of((vmm_t *)mr, bytes), ptr, bytes, alignment, stream);
 }
 
 /* Each zone's blocks as one batch, so each pool still locks once for many. */

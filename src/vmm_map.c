@@ -406,6 +406,15 @@ static size_t device_granule(rk_vmm_backend_t backend, int device, int *exportab
 
 /* ---- the map ---- */
 
+/* Host backend: RANKMEM_VMM_HOST_HANDLES=auto gives it the GPU's default
+ * handles (growing with the map, auto_ext) instead of one per granule, so
+ * that replays on a CPU count the handles a GPU would create (bench only). */
+static int host_auto_handles(void)
+{
+    const char *v = getenv("RANKMEM_VMM_HOST_HANDLES");
+    return v && !strcmp(v, "auto");
+}
+
 rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t reserve,
                                    size_t granule, size_t handle, size_t maximum,
                                    rk_vmm_map_t **map_p)
@@ -449,7 +458,7 @@ rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t 
     m->maximum = maximum;
     m->memfd = -1;
     m->hmax = handle ? handle / granule : 1;
-    m->hauto = !handle && backend != RK_VMM_HOST;
+    m->hauto = !handle && (backend != RK_VMM_HOST || host_auto_handles());
     if ((m->hmax > 1 || m->hauto) && !(m->ext_len = calloc(m->ngranules, sizeof *m->ext_len))) {
         free(m);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: no host memory for %zu extents",
@@ -730,10 +739,14 @@ rankmem_status_t rk_vmm_map_shrink(rk_vmm_map_t *m, char *ptr, size_t bytes)
     return RANKMEM_SUCCESS;
 }
 
-int rk_vmm_map_fit(const rk_vmm_map_t *m, char **ptr_p, size_t *bytes_p)
+int rk_vmm_map_fit(const rk_vmm_map_t *m, char **ptr_p, size_t *bytes_p, size_t want)
 {
-    if (!m->ext_len)
+    if (!m->ext_len) {
+        size_t w = rk_align_up(want, m->granule);
+        if (w && w < *bytes_p)
+            *bytes_p = w;
         return *bytes_p > 0;
+    }
     size_t g0 = (size_t)(*ptr_p - m->base) / m->granule, g1 = g0 + *bytes_p / m->granule;
     size_t g = g0;
     /* Skip to the first extent that starts inside (granules of an extent
@@ -741,7 +754,10 @@ int rk_vmm_map_fit(const rk_vmm_map_t *m, char **ptr_p, size_t *bytes_p)
     while (g < g1 && !m->ext_len[g])
         g++;
     size_t end = g;
-    while (end < g1 && m->ext_len[end] && end + m->ext_len[end] <= g1)
+    /* Only what is wanted: each handle given back may have to be made
+     * again (~60 us on an H100), so none goes back beyond the need. */
+    while (end < g1 && m->ext_len[end] && end + m->ext_len[end] <= g1 &&
+           (end - g) * m->granule < want)
         end += m->ext_len[end];
     *ptr_p = m->base + g * m->granule;
     *bytes_p = (end - g) * m->granule;

@@ -69,12 +69,14 @@ RK_HIDDEN rankmem_status_t rk_vmm_map_grow(rk_vmm_map_t *map, size_t bytes, char
  * mapped, whole handles; the span becomes a hole. */
 RK_HIDDEN rankmem_status_t rk_vmm_map_shrink(rk_vmm_map_t *map, char *ptr, size_t bytes);
 
-/* Narrow [*ptr_p, + *bytes_p) (granule-aligned, mapped) to the whole
- * handles inside it, which shrink can give back; 0 when there is none. */
 /* Whether physical handles may cover several granules (handle= larger
  * than granule=, or not given on a GPU backend: then they grow with the map). */
 RK_HIDDEN int rk_vmm_map_multi(const rk_vmm_map_t *map);
-RK_HIDDEN int rk_vmm_map_fit(const rk_vmm_map_t *map, char **ptr_p, size_t *bytes_p);
+/* Narrow [*ptr_p, + *bytes_p) (granule-aligned, mapped) to the whole
+ * handles inside it, which shrink can give back, and of those to the first
+ * ones that make at least want bytes; 0 when there is none. */
+RK_HIDDEN int rk_vmm_map_fit(const rk_vmm_map_t *map, char **ptr_p, size_t *bytes_p,
+                             size_t want);
 
 /* Export the granules covering [ptr, ptr + bytes) (mapped): count fds (new,
  * the caller's to close) and the offset of each granule in its fd's object. */
