@@ -3,7 +3,7 @@
 # out-of-tree build with -fsanitize=thread (no CUDA: the tests run over host
 # memory, and the CUDA runtime is not instrumented), then tests/stress.t
 # (pool, arena, binning, caching, fixed and vmm, 8 threads each) and the thread
-# tests of tests/threads.t (pool), fixed.t, binning.t, caching.t, arena.t and vmm.t, and the
+# tests of tests/threads.t (pool), fixed.t, binning.t, caching.t, arena.t, vmm.t and vmm_policy.t, and the
 # 16-thread counter tests of stats.t, tracking.t, observe_unit/threads.t (the recorder) and
 # mpi/timing_unit.t (the timing layer).
 #
@@ -24,7 +24,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 dir=${TMPDIR:-/tmp}/rankmem-tsan
 long=0
 jobs=2
-all="stress threads fixed binning caching arena vmm stats tracking observe_unit/threads mpi/timing_unit"
+all="stress threads fixed binning caching arena vmm vmm_policy stats tracking observe_unit/threads mpi/timing_unit"
 tests=
 usage() { sed -n '2,/^set -u/p' "$0" | sed '$d; s/^# \{0,1\}//' >&2; exit 2; }
 while [ $# -gt 0 ]; do

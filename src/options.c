@@ -328,6 +328,10 @@ static const option_def_t defs[] = {
      "nonblocking sends and receives of large device messages move through a few reused pinned "
      "buffers, advanced by MPI's progress engine (Open MPI); 0: such a message is staged whole",
      NULL, NULL},
+    {"RANKMEM_VMM_HOST_HANDLES", RANKMEM_OPTION_ENUM, "granule",
+     "vmm pools on the host backend (tests, replays on a CPU): granule = one physical handle "
+     "per granule; auto = handles that grow with the pool, as on a GPU",
+     "granule|auto", NULL},
     {"RANKMEM_TIMING_SAMPLE", RANKMEM_OPTION_INT, "32",
      "the report's allocator time is measured on one call in this many per thread, at random, "
      "and scaled by the exact call count (1: every call, four clock reads a pair)",

@@ -12,7 +12,7 @@ traces=$srcdir/bench/traces
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/rankmem-replay.XXXXXX") || exit 1
 trap 'rm -rf "$tmp"' EXIT INT TERM
 
-echo "1..41"
+echo "1..42"
 n=0
 ok() { # ok STATUS DESCRIPTION
     n=$((n + 1))
@@ -137,6 +137,17 @@ test "$rc" -eq 0 && grep -q '"reserved_by": "arena"' "$tmp/j" &&
     test "$(jget "$tmp/j" peak_upstream_bytes)" = 67108864 && test -n "$r" &&
     test "$r" -ge 4000 && test "$r" -lt 67108864
 ok $? "over an arena: its own high-water mark ($r bytes), not the 64 MiB global arena" ||
+    diag "$tmp/j" "$tmp/err"
+
+# --warm: a second pass on the same chain. Over a vmm on the host backend
+# the first pass maps one handle and the second maps none.
+"$replay" --spec 'vmm(backend=host)' --warm --repeat 1 --json "$tiny" >"$tmp/j" 2>"$tmp/err"
+rc=$?
+hw=$(sed -n 's/.*"vmm": {"handles_created": \([0-9]*\),.*/\1/p' "$tmp/j")
+hc=$(sed -n 's/.*"cold": {"handles_created": \([0-9]*\),.*/\1/p' "$tmp/j")
+test "$rc" -eq 0 && grep -q '"warm": true, "cold_ns_per_op": [0-9]' "$tmp/j" &&
+    test "$(jget "$tmp/j" peak_live_bytes)" = 4000 && test "$hc" = 1 && test "$hw" = 0
+ok $? "--warm over vmm: both passes reported, handles made cold ($hc) and warm ($hw)" ||
     diag "$tmp/j" "$tmp/err"
 
 # A tiny trace under --simulate: 3 x 20 GiB live, on any machine.
