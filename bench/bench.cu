@@ -914,16 +914,24 @@ int main(int argc, char **argv)
         CK_RM(rankmem_resource_release(pool));
         return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
     }});
-    /* The MPI plugin's default chain: stats over its timing layer. */
-    cands.push_back({"rankmem stats > timing > pool > cuda", [&] {
-        rankmem_resource_t *pool = pool_over_cuda(), *tm, *st;
-        CK_RM(rk_mpi_timing_create(pool, &tm));
-        CK_RM(rankmem_resource_release(pool));
-        CK_RM(rankmem_stats_create(tm, &st));
-        CK_RM(rk_mpi_timing_count_from(tm, st)); /* as the plugin builds it */
-        CK_RM(rankmem_resource_release(tm));
-        return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
-    }});
+    /* The MPI plugin's default chain: stats over its timing layer, which
+     * times one call in `period` (RANKMEM_TIMING_SAMPLE; the row with 1/N
+     * shows what another sampling period would cost). */
+    auto stats_timing = [&](const char *name, unsigned period) {
+        cands.push_back({name, [&pool_over_cuda, &streams, period] {
+            rankmem_resource_t *pool = pool_over_cuda(), *tm, *st;
+            CK_RM(rk_mpi_timing_create(pool, &tm));
+            CK_RM(rankmem_resource_release(pool));
+            if (period)
+                CK_RM(rk_mpi_timing_set_period(tm, period));
+            CK_RM(rankmem_stats_create(tm, &st));
+            CK_RM(rk_mpi_timing_count_from(tm, st)); /* as the plugin builds it */
+            CK_RM(rankmem_resource_release(tm));
+            return std::unique_ptr<Allocator>(new RankmemAllocator(st, true, streams));
+        }});
+    };
+    stats_timing("rankmem stats > timing > pool > cuda", 0);
+    stats_timing("rankmem stats > timing(1/128) > pool > cuda", 128);
     cands.push_back({"rankmem tracking > pool > cuda", [&] {
         rankmem_resource_t *pool = pool_over_cuda(), *tr;
         CK_RM(rankmem_tracking_create(pool, 0, &tr));
