@@ -11,9 +11,17 @@
  * refusal is one line for the job (world rank 0), not one per message.
  *
  * The test backend (stg_fake) stands for device memory with a memory file
- * mapped at the fake region; a peer "maps" it through /proc/PID/fd/FD. */
+ * mapped at the fake region; a peer "maps" it through /proc/PID/fd/FD.
+ *
+ * Memory of the rank's vmm pool has no CUDA IPC handle (the driver refuses
+ * VMM memory): it travels as its physical handles instead, whose
+ * descriptors peers fetch from this rank's fd service (staging_ipc_fd.c);
+ * the importer maps the run of handles and caches it like an allocation,
+ * keyed by the handles' export ids, which are never reused. With the host
+ * backend of the vmm (a memfd) the same path runs on the CPU tests. */
 #define _GNU_SOURCE
 #include "staging_ipc.h"
+#include "staging_ipc_fd.h"
 #include "recorder.h"
 #include "staging_internal.h"
 
@@ -23,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #if HAVE_GPU && !HAVE_HIP
@@ -42,6 +51,13 @@ static rk_ipc_stats_t stats;
 static MPI_Comm ack_comm = MPI_COMM_NULL;
 
 MPI_Comm rk_ipc_ack_comm(void) { return ack_comm; }
+
+/* The rank's vmm pool, when its resource has one (retained), its reserved
+ * range, and whether its fd service runs (only then are its buffers
+ * described by handles). */
+static rankmem_resource_t *vmm_mr;
+static uintptr_t vmm_lo, vmm_hi;
+static int vmm_served;
 
 /* ---- test backend ---- */
 
@@ -182,10 +198,55 @@ static int make_handle(uint64_t base, unsigned char *out)
 #endif
 }
 
+/* A buffer of the rank's vmm pool: its physical handles (ids, sizes), no
+ * descriptor made here (the fd service makes them when a peer asks). */
+static int vmm_export(const void *buf, size_t n, rk_ipc_desc_t *d)
+{
+    rankmem_vmm_export_t e;
+    if (rankmem_vmm_export_ex(vmm_mr, (void *)(uintptr_t)buf, n,
+                              RANKMEM_VMM_EXPORT_NO_FDS | RANKMEM_VMM_EXPORT_MAPPED,
+                              &e) != RANKMEM_SUCCESS)
+        return -1;
+    int ok = e.count > 0 && e.count <= RK_IPC_VMM_MAX;
+    if (ok) {
+        memset(d, 0, sizeof *d);
+        uint64_t size = 0;
+        for (size_t i = 0; i < e.count && ok; i++) {
+            d->u.vmm.ids[i] = e.handles[i].id;
+            ok = e.handles[i].bytes / e.granule <= UINT32_MAX;
+            d->u.vmm.granules[i] = (uint32_t)(e.handles[i].bytes / e.granule);
+            size += e.handles[i].bytes;
+        }
+        d->kind = RK_IPC_KIND_VMM;
+        d->nh = (int32_t)e.count;
+        d->granule = e.granule;
+        d->backend = e.backend;
+        d->buffer_id = e.handles[0].id;
+        d->base = e.handles[0].address;
+        d->size = size;
+        d->offset = e.offset;
+        d->bytes = n;
+        d->owner = -1;
+        PMPI_Comm_rank(MPI_COMM_WORLD, &d->owner);
+    }
+    rankmem_vmm_export_close(&e);
+    pthread_mutex_lock(&lock);
+    stats.exports++;
+    stats.vmm_exports++;
+    if (!ok)
+        stats.refused++;
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
+}
+
 int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
 {
     uint64_t base, size, id;
-    if (!rk_ipc_on || allocation_of(buf, &base, &size, &id) != 0)
+    if (!rk_ipc_on)
+        return -1;
+    if (vmm_served && (uintptr_t)buf >= vmm_lo && (uintptr_t)buf < vmm_hi)
+        return vmm_export(buf, n, d);
+    if (allocation_of(buf, &base, &size, &id) != 0)
         return -1;
     uint64_t off = (uint64_t)(uintptr_t)buf - base;
     if (off > size || n > size - off)
@@ -216,7 +277,8 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
     ex[slot].used = ++tick;
     int ok = ex[slot].ok;
     if (ok) {
-        memcpy(d->handle, ex[slot].handle, RK_IPC_HANDLE_BYTES);
+        memset(d, 0, sizeof *d);
+        memcpy(d->u.handle, ex[slot].handle, RK_IPC_HANDLE_BYTES);
         d->buffer_id = id;
         d->base = base;
         d->size = size;
@@ -224,7 +286,7 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
         d->bytes = n;
         d->owner = -1;
         PMPI_Comm_rank(MPI_COMM_WORLD, &d->owner);
-        d->spare = 0;
+        d->kind = RK_IPC_KIND_CUDA;
     }
     pthread_mutex_unlock(&lock);
     return ok ? 0 : -1;
@@ -234,8 +296,12 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
 
 typedef struct map {
     struct map *next;
-    int owner;
+    int owner, kind;
     uint64_t id, base, size;
+    /* vmm: the handles mapped, from base (ids never reused by the owner) */
+    int nh;
+    uint64_t ids[RK_IPC_VMM_MAX];
+    rankmem_vmm_import_t *im;
     char *ptr; /* the mapped allocation's first byte */
     int refs;  /* copies in flight through it */
     int stale; /* replaced: close when refs reach 0 */
@@ -244,15 +310,85 @@ typedef struct map {
 static map_t *maps;
 static int nmaps;
 
-static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
+/* The owner's run of handles, fetched from its fd service and mapped. */
+static char *open_vmm(const rk_ipc_desc_t *d, rankmem_vmm_import_t **im, char *why, size_t len)
 {
+    size_t nh = (size_t)d->nh;
+    if (nh == 0 || nh > RK_IPC_VMM_MAX || !d->granule || (d->granule & (d->granule - 1))) {
+        snprintf(why, len, "a malformed vmm descriptor");
+        return NULL;
+    }
+    uint64_t addr[RK_IPC_VMM_MAX], bytes[RK_IPC_VMM_MAX], offs[RK_IPC_VMM_MAX], at = d->base;
+    int fds[RK_IPC_VMM_MAX];
+    for (size_t i = 0; i < nh; i++) {
+        addr[i] = at;
+        at += (uint64_t)d->u.vmm.granules[i] * d->granule;
+    }
+    if (at - d->base != d->size) {
+        snprintf(why, len, "a malformed vmm descriptor");
+        return NULL;
+    }
+    if (rk_ipc_fd_fetch(d->owner, nh, addr, d->u.vmm.ids, fds, bytes, offs, why, len) != 0)
+        return NULL;
+    rankmem_vmm_handle_t h[RK_IPC_VMM_MAX];
+    int ok = 1;
+    for (size_t i = 0; i < nh; i++) {
+        memset(&h[i], 0, sizeof h[i]);
+        h[i].id = d->u.vmm.ids[i];
+        h[i].address = addr[i];
+        h[i].bytes = (size_t)bytes[i];
+        h[i].fd_offset = offs[i];
+        h[i].fd = fds[i];
+        ok &= bytes[i] == (uint64_t)d->u.vmm.granules[i] * d->granule;
+    }
+    rankmem_vmm_export_t e;
+    memset(&e, 0, sizeof e);
+    e.backend = d->backend;
+    e.device = -1;
+    e.granule = (size_t)d->granule;
+    e.count = nh;
+    e.offset = 0;
+    e.bytes = (size_t)d->size;
+    e.handles = h;
+    void *p = NULL;
+    if (!ok) {
+        snprintf(why, len, "its handles' sizes changed");
+    } else {
+#if RK_IPC_CUDA
+        int prev = dev_enter();
+#endif
+        if (rankmem_vmm_import(&e, &p, im) != RANKMEM_SUCCESS) {
+            snprintf(why, len, "%s", rankmem_last_error());
+            p = NULL;
+        }
+#if RK_IPC_CUDA
+        dev_leave(prev);
+#endif
+    }
+    for (size_t i = 0; i < nh; i++)
+        close(fds[i]); /* the mapping keeps the memory */
+    return p;
+}
+
+static char *open_mapping(const rk_ipc_desc_t *d, rankmem_vmm_import_t **im, char *why,
+                          size_t len)
+{
+    char *fb;
+    size_t fn;
+    if (rk_stg_fake_region(&fb, &fn) && fake_fail_every > 0 &&
+        ++fake_fail_count % fake_fail_every == 0) {
+        snprintf(why, len, "the test backend refused it on purpose");
+        return NULL;
+    }
+    if (d->kind == RK_IPC_KIND_VMM)
+        return open_vmm(d, im, why, len);
+    if (d->kind != RK_IPC_KIND_CUDA) {
+        snprintf(why, len, "a descriptor of unknown kind %d", (int)d->kind);
+        return NULL;
+    }
     if (fake_fd >= 0) {
         fake_handle_t h;
-        memcpy(&h, d->handle, sizeof h);
-        if (fake_fail_every > 0 && ++fake_fail_count % fake_fail_every == 0) {
-            snprintf(why, len, "the test backend refused it on purpose");
-            return NULL;
-        }
+        memcpy(&h, d->u.handle, sizeof h);
         if (memcmp(h.tag, "rkfake", 7) != 0) {
             snprintf(why, len, "not a handle of the test backend");
             return NULL;
@@ -274,7 +410,7 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
     }
 #if RK_IPC_CUDA
     cudaIpcMemHandle_t h;
-    memcpy(&h, d->handle, sizeof h);
+    memcpy(&h, d->u.handle, sizeof h);
     void *p = NULL;
     int prev = dev_enter();
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
@@ -310,6 +446,16 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
 
 static void close_mapping(map_t *m)
 {
+    if (m->kind == RK_IPC_KIND_VMM) {
+#if RK_IPC_CUDA
+        int prev = dev_enter();
+#endif
+        (void)rankmem_vmm_import_close(m->im);
+#if RK_IPC_CUDA
+        dev_leave(prev);
+#endif
+        return;
+    }
     if (fake_fd >= 0) {
         munmap(m->ptr, m->size);
         return;
@@ -332,25 +478,48 @@ static void drop(map_t **pp)
     free(m);
 }
 
+/* Whether mapping m holds what d describes: the same allocation (cudaIpc
+ * kind), or a run of handles that contains d's (vmm kind: ids are never
+ * reused by an owner, so equal ids are the same memory). */
+static int covers(const map_t *m, const rk_ipc_desc_t *d)
+{
+    if (m->owner != d->owner || m->kind != d->kind)
+        return 0;
+    if (d->kind != RK_IPC_KIND_VMM)
+        return m->id == d->buffer_id;
+    if (d->base < m->base || d->size > m->size || d->base - m->base > m->size - d->size ||
+        d->nh < 1 || d->nh > RK_IPC_VMM_MAX)
+        return 0;
+    for (int j = 0; j + d->nh <= m->nh; j++)
+        if (m->ids[j] == d->u.vmm.ids[0]) {
+            for (int i = 1; i < d->nh; i++)
+                if (m->ids[j + i] != d->u.vmm.ids[i])
+                    return 0;
+            return 1;
+        }
+    return 0;
+}
+
 void *rk_ipc_map(const rk_ipc_desc_t *d)
 {
     if (!d || d->offset > d->size || d->bytes > d->size - d->offset)
         return NULL;
     pthread_mutex_lock(&lock);
     for (map_t *m = maps; m; m = m->next)
-        if (m->owner == d->owner && m->id == d->buffer_id && !m->stale) {
+        if (!m->stale && covers(m, d)) {
             m->refs++;
             m->used = ++tick;
             stats.hits++;
             pthread_mutex_unlock(&lock);
-            return m->ptr + d->offset;
+            return m->ptr + (d->base - m->base) + d->offset;
         }
     /* A new allocation of that owner over addresses we map: the old one is
      * gone (freed, perhaps reallocated with other contents), so its mapping
      * must never be read again. */
     for (map_t **pp = &maps; *pp;) {
         map_t *m = *pp;
-        if (m->owner == d->owner && m->base < d->base + d->size && d->base < m->base + m->size) {
+        if (m->owner == d->owner && m->kind == d->kind && m->base < d->base + d->size &&
+            d->base < m->base + m->size) {
             stats.stale++;
             if (m->refs == 0) {
                 drop(pp);
@@ -372,10 +541,11 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
         drop(vp);
     }
     char why[160] = "";
-    char *p = open_mapping(d, why, sizeof why);
+    rankmem_vmm_import_t *im = NULL;
+    char *p = open_mapping(d, &im, why, sizeof why);
     map_t *m = p ? calloc(1, sizeof *m) : NULL;
     if (p && !m) {
-        map_t tmp = {.ptr = p, .size = d->size};
+        map_t tmp = {.ptr = p, .size = d->size, .kind = d->kind, .im = im};
         close_mapping(&tmp);
         p = NULL;
     }
@@ -390,6 +560,13 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
         return NULL;
     }
     m->owner = d->owner;
+    m->kind = d->kind;
+    m->im = im;
+    if (d->kind == RK_IPC_KIND_VMM) {
+        m->nh = d->nh;
+        memcpy(m->ids, d->u.vmm.ids, sizeof m->ids);
+        stats.vmm_opened++;
+    }
     m->id = d->buffer_id;
     m->base = d->base;
     m->size = d->size;
@@ -433,11 +610,23 @@ int rk_ipc_reaches(int w) { return rk_ipc_on && near && w >= 0 && w < world_size
 
 /* ---- the node's decision ---- */
 
-/* A probe buffer to export at init (freed after the decision). */
+#define VMM_PROBE_BYTES ((size_t)64 << 10)
+
+/* A probe buffer to export at init (freed after the decision): from the
+ * rank's vmm pool when it has one (its handles then go through the fd
+ * service, the path its buffers will take). */
 static void *probe_alloc(void)
 {
     char *fb;
     size_t fn;
+    if (vmm_served) {
+        void *p = NULL;
+        rk_obs_internal_depth++; /* rankmem's own memory, not the program's */
+        if (rankmem_allocate(vmm_mr, VMM_PROBE_BYTES, 0, &p) != RANKMEM_SUCCESS)
+            p = NULL;
+        rk_obs_internal_depth--;
+        return p;
+    }
     if (rk_stg_fake_region(&fb, &fn))
         return fake_fd >= 0 ? fb : NULL;
 #if RK_IPC_CUDA
@@ -461,6 +650,12 @@ static void probe_free(void *p)
 {
     char *fb;
     size_t fn;
+    if (p && vmm_served) {
+        rk_obs_internal_depth++;
+        (void)rankmem_deallocate(vmm_mr, p, VMM_PROBE_BYTES, 0);
+        rk_obs_internal_depth--;
+        return;
+    }
     if (!p || rk_stg_fake_region(&fb, &fn))
         return;
 #if RK_IPC_CUDA
@@ -516,10 +711,36 @@ void rk_ipc_init(int mode, int cache, int stg_on)
              mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
     int mps = access(mps_path, F_OK) == 0;
     rk_stg_shared_gpu = shared && !mps;
-    /* can: this rank takes part (wants IPC, stages, has a way to export). */
+    /* The rank's vmm pool: its memory goes through the fd service, whose
+     * socket name holds a nonce of the job (node rank 0's, for the node). */
+    uint64_t nonce = 0;
+    if (nr == 0) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&nonce, sizeof nonce, 1, f) != 1)
+            nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&nonce;
+        if (f)
+            fclose(f);
+    }
+    PMPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, node);
     int can = mode != 2 && stg_on && nn > 1;
-    if (can && fake && fake_fd < 0)
-        can = 0, snprintf(why, sizeof why, "the test backend has no memory file");
+    rankmem_resource_t *rmr = rankmem_mpi_resource();
+    void *vb = NULL;
+    size_t vn = 0;
+    if (can && rmr && rankmem_vmm_range(rmr, &vb, &vn) == RANKMEM_SUCCESS) {
+        char fwhy[160] = "";
+        if (rk_ipc_fd_start(nonce, me, world_size, rmr, fwhy, sizeof fwhy) == 0) {
+            vmm_mr = rmr;
+            rankmem_resource_retain(vmm_mr);
+            vmm_lo = (uintptr_t)vb;
+            vmm_hi = (uintptr_t)vb + vn;
+            vmm_served = 1;
+        } else {
+            snprintf(why, sizeof why, "%s", fwhy);
+        }
+    }
+    /* can: this rank takes part (wants IPC, stages, has a way to export). */
+    if (can && fake && fake_fd < 0 && !vmm_served)
+        can = 0, snprintf(why, sizeof why, "%s", why[0] ? why : "the test backend has no memory file");
     if (can && !fake && !RK_IPC_CUDA)
         can = 0, snprintf(why, sizeof why, "CUDA IPC is not built for HIP");
     rk_ipc_desc_t mine;
@@ -530,7 +751,9 @@ void rk_ipc_init(int mode, int cache, int stg_on)
         rk_ipc_on = 1; /* for rk_ipc_export */
         if (!probe || rk_ipc_export(probe, 1, &mine) != 0) {
             can = 0;
-            snprintf(why, sizeof why, "cudaIpcGetMemHandle refused this rank's memory");
+            snprintf(why, sizeof why, "%s",
+                     vmm_served ? "the rank's vmm pool could not describe its memory"
+                                : "cudaIpcGetMemHandle refused this rank's memory");
         }
         rk_ipc_on = 0;
     }
@@ -576,6 +799,11 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                     near[all[i].owner] = 1;
         rk_ipc_on = near != NULL;
     }
+    if (!rk_ipc_on && vmm_served) {
+        /* Nobody will ask. */
+        rk_ipc_fd_stop();
+        vmm_served = 0;
+    }
     /* Answers travel against the data's direction, with the data's tag (a
      * number the sender chose): a communicator of their own keeps them from
      * meeting the other side's descriptors of the same number. Collective
@@ -611,9 +839,10 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                         sum[0] ? sum[0] : 1, sum[1], sum[1] == 1 ? "" : "s", why);
     }
     rk_mpi_verbose("staging: CUDA IPC %s (RANKMEM_STAGING_IPC=%s, %d rank%s on this node, cache "
-                   "of %d mappings)%s%s",
+                   "of %d mappings%s)%s%s",
                    rk_ipc_on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off", nn,
                    nn == 1 ? "" : "s", cache_max,
+                   vmm_served ? "; the vmm pool's memory by its physical handles" : "",
                    shared ? "; the GPU is shared with another rank of the node, " : "",
                    !shared ? ""
                    : mps           ? "under MPS"
@@ -634,12 +863,23 @@ void rk_ipc_finalize(void)
         pp = &(*pp)->next; /* a copy still in flight: leave it to the process's end */
     }
     pthread_mutex_unlock(&lock);
+    /* No peer maps our handles any more (MPI_Finalize): the service goes. */
+    if (vmm_served)
+        rk_ipc_fd_stop();
+    vmm_served = 0;
+    if (vmm_mr) {
+        rankmem_resource_release(vmm_mr);
+        vmm_mr = NULL;
+    }
     if (rk_ipc_on)
-        rk_mpi_verbose("staging: CUDA IPC mapped %llu allocation%s of peers (%llu hits, %llu "
-                       "replaced, %llu evicted), exported %llu",
+        rk_mpi_verbose("staging: CUDA IPC mapped %llu allocation%s of peers (%llu of vmm handles; "
+                       "%llu hits, %llu replaced, %llu evicted, %llu refused), exported %llu (%llu "
+                       "of vmm memory)",
                        (unsigned long long)s.opened, s.opened == 1 ? "" : "s",
-                       (unsigned long long)s.hits, (unsigned long long)s.stale,
-                       (unsigned long long)s.evicted, (unsigned long long)s.exports);
+                       (unsigned long long)s.vmm_opened, (unsigned long long)s.hits,
+                       (unsigned long long)s.stale, (unsigned long long)s.evicted,
+                       (unsigned long long)s.refused_maps, (unsigned long long)s.exports,
+                       (unsigned long long)s.vmm_exports);
     free(near);
     near = NULL;
     rk_ipc_on = 0;
