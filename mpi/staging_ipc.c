@@ -48,6 +48,7 @@ static int world_size;
 static unsigned char *near; /* near[w]: world rank w is a node peer served by IPC */
 static int cache_max = 64;  /* RANKMEM_STAGING_IPC_CACHE */
 static rk_ipc_stats_t stats;
+static int probing; /* rk_ipc_init's probe: its refusals make the job's one line */
 static MPI_Comm ack_comm = MPI_COMM_NULL;
 
 MPI_Comm rk_ipc_ack_comm(void) { return ack_comm; }
@@ -207,18 +208,29 @@ static int vmm_export(const void *buf, size_t n, rk_ipc_desc_t *d)
                               RANKMEM_VMM_EXPORT_NO_FDS | RANKMEM_VMM_EXPORT_MAPPED,
                               &e) != RANKMEM_SUCCESS)
         return -1;
-    int ok = e.count > 0 && e.count <= RK_IPC_VMM_MAX;
+    int ok = e.count > 0 && e.count <= RK_IPC_VMM_HANDLES;
     if (ok) {
         memset(d, 0, sizeof *d);
         uint64_t size = 0;
+        int k = -1; /* the segment being filled */
         for (size_t i = 0; i < e.count && ok; i++) {
-            d->u.vmm.ids[i] = e.handles[i].id;
-            ok = e.handles[i].bytes / e.granule <= UINT32_MAX;
-            d->u.vmm.granules[i] = (uint32_t)(e.handles[i].bytes / e.granule);
-            size += e.handles[i].bytes;
+            const rankmem_vmm_handle_t *h = &e.handles[i];
+            uint64_t g = h->bytes / e.granule;
+            ok = g <= UINT32_MAX;
+            if (k >= 0 && h->id == d->u.vmm.id0[k] + d->u.vmm.count[k] &&
+                g == d->u.vmm.granules[k]) {
+                d->u.vmm.count[k]++;
+            } else if (++k < RK_IPC_VMM_SEGS) {
+                d->u.vmm.id0[k] = h->id;
+                d->u.vmm.count[k] = 1;
+                d->u.vmm.granules[k] = (uint32_t)g;
+            } else {
+                ok = 0; /* ids too scattered for one descriptor */
+            }
+            size += h->bytes;
         }
         d->kind = RK_IPC_KIND_VMM;
-        d->nh = (int32_t)e.count;
+        d->nh = k + 1;
         d->granule = e.granule;
         d->backend = e.backend;
         d->buffer_id = e.handles[0].id;
@@ -237,6 +249,31 @@ static int vmm_export(const void *buf, size_t n, rk_ipc_desc_t *d)
         stats.refused++;
     pthread_mutex_unlock(&lock);
     return ok ? 0 : -1;
+}
+
+/* A vmm descriptor's handles one by one. */
+typedef struct {
+    size_t n;
+    uint64_t ids[RK_IPC_VMM_HANDLES], addr[RK_IPC_VMM_HANDLES], bytes[RK_IPC_VMM_HANDLES];
+} vmm_list_t;
+
+/* 0, or -1 when d is malformed. */
+static int vmm_expand(const rk_ipc_desc_t *d, vmm_list_t *l)
+{
+    l->n = 0;
+    if (d->nh < 1 || d->nh > RK_IPC_VMM_SEGS || !d->granule || (d->granule & (d->granule - 1)))
+        return -1;
+    uint64_t at = d->base;
+    for (int k = 0; k < d->nh; k++)
+        for (uint32_t j = 0; j < d->u.vmm.count[k]; j++) {
+            if (l->n == RK_IPC_VMM_HANDLES || !d->u.vmm.granules[k])
+                return -1;
+            l->ids[l->n] = d->u.vmm.id0[k] + j;
+            l->addr[l->n] = at;
+            l->bytes[l->n] = (uint64_t)d->u.vmm.granules[k] * d->granule;
+            at += l->bytes[l->n++];
+        }
+    return l->n && at - d->base == d->size ? 0 : -1;
 }
 
 int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
@@ -299,8 +336,8 @@ typedef struct map {
     int owner, kind;
     uint64_t id, base, size;
     /* vmm: the handles mapped, from base (ids never reused by the owner) */
-    int nh;
-    uint64_t ids[RK_IPC_VMM_MAX];
+    size_t nh;
+    uint64_t *ids;
     rankmem_vmm_import_t *im;
     char *ptr; /* the mapped allocation's first byte */
     int refs;  /* copies in flight through it */
@@ -311,49 +348,42 @@ static map_t *maps;
 static int nmaps;
 
 /* The owner's run of handles, fetched from its fd service and mapped. */
-static char *open_vmm(const rk_ipc_desc_t *d, rankmem_vmm_import_t **im, char *why, size_t len)
+static char *open_vmm(const rk_ipc_desc_t *d, const vmm_list_t *l, rankmem_vmm_import_t **im,
+                      char *why, size_t len)
 {
-    size_t nh = (size_t)d->nh;
-    if (nh == 0 || nh > RK_IPC_VMM_MAX || !d->granule || (d->granule & (d->granule - 1))) {
-        snprintf(why, len, "a malformed vmm descriptor");
-        return NULL;
+    size_t nh = l->n, got = 0;
+    uint64_t bytes[RK_IPC_VMM_HANDLES], offs[RK_IPC_VMM_HANDLES];
+    int fds[RK_IPC_VMM_HANDLES];
+    while (got < nh) {
+        size_t k = nh - got < RK_IPC_FD_MAX ? nh - got : RK_IPC_FD_MAX;
+        if (rk_ipc_fd_fetch(d->owner, k, l->addr + got, l->ids + got, fds + got, bytes + got,
+                            offs + got, why, len) != 0)
+            break;
+        got += k;
     }
-    uint64_t addr[RK_IPC_VMM_MAX], bytes[RK_IPC_VMM_MAX], offs[RK_IPC_VMM_MAX], at = d->base;
-    int fds[RK_IPC_VMM_MAX];
-    for (size_t i = 0; i < nh; i++) {
-        addr[i] = at;
-        at += (uint64_t)d->u.vmm.granules[i] * d->granule;
-    }
-    if (at - d->base != d->size) {
-        snprintf(why, len, "a malformed vmm descriptor");
-        return NULL;
-    }
-    if (rk_ipc_fd_fetch(d->owner, nh, addr, d->u.vmm.ids, fds, bytes, offs, why, len) != 0)
-        return NULL;
-    rankmem_vmm_handle_t h[RK_IPC_VMM_MAX];
-    int ok = 1;
-    for (size_t i = 0; i < nh; i++) {
-        memset(&h[i], 0, sizeof h[i]);
-        h[i].id = d->u.vmm.ids[i];
-        h[i].address = addr[i];
+    rankmem_vmm_handle_t *h = got == nh ? calloc(nh, sizeof *h) : NULL;
+    void *p = NULL;
+    int ok = h != NULL;
+    for (size_t i = 0; ok && i < nh; i++) {
+        h[i].id = l->ids[i];
+        h[i].address = l->addr[i];
         h[i].bytes = (size_t)bytes[i];
         h[i].fd_offset = offs[i];
         h[i].fd = fds[i];
-        ok &= bytes[i] == (uint64_t)d->u.vmm.granules[i] * d->granule;
+        ok = bytes[i] == l->bytes[i];
     }
-    rankmem_vmm_export_t e;
-    memset(&e, 0, sizeof e);
-    e.backend = d->backend;
-    e.device = -1;
-    e.granule = (size_t)d->granule;
-    e.count = nh;
-    e.offset = 0;
-    e.bytes = (size_t)d->size;
-    e.handles = h;
-    void *p = NULL;
-    if (!ok) {
+    if (h && !ok) {
         snprintf(why, len, "its handles' sizes changed");
-    } else {
+    } else if (h) {
+        rankmem_vmm_export_t e;
+        memset(&e, 0, sizeof e);
+        e.backend = d->backend;
+        e.device = -1;
+        e.granule = (size_t)d->granule;
+        e.count = nh;
+        e.offset = 0;
+        e.bytes = (size_t)d->size;
+        e.handles = h;
 #if RK_IPC_CUDA
         int prev = dev_enter();
 #endif
@@ -364,14 +394,17 @@ static char *open_vmm(const rk_ipc_desc_t *d, rankmem_vmm_import_t **im, char *w
 #if RK_IPC_CUDA
         dev_leave(prev);
 #endif
+    } else if (got == nh) {
+        snprintf(why, len, "out of host memory");
     }
-    for (size_t i = 0; i < nh; i++)
+    for (size_t i = 0; i < got; i++)
         close(fds[i]); /* the mapping keeps the memory */
+    free(h);
     return p;
 }
 
-static char *open_mapping(const rk_ipc_desc_t *d, rankmem_vmm_import_t **im, char *why,
-                          size_t len)
+static char *open_mapping(const rk_ipc_desc_t *d, const vmm_list_t *l,
+                          rankmem_vmm_import_t **im, char *why, size_t len)
 {
     char *fb;
     size_t fn;
@@ -381,7 +414,7 @@ static char *open_mapping(const rk_ipc_desc_t *d, rankmem_vmm_import_t **im, cha
         return NULL;
     }
     if (d->kind == RK_IPC_KIND_VMM)
-        return open_vmm(d, im, why, len);
+        return open_vmm(d, l, im, why, len);
     if (d->kind != RK_IPC_KIND_CUDA) {
         snprintf(why, len, "a descriptor of unknown kind %d", (int)d->kind);
         return NULL;
@@ -475,38 +508,56 @@ static void drop(map_t **pp)
     *pp = m->next;
     nmaps--;
     close_mapping(m);
+    free(m->ids);
     free(m);
 }
 
 /* Whether mapping m holds what d describes: the same allocation (cudaIpc
- * kind), or a run of handles that contains d's (vmm kind: ids are never
+ * kind), or a run of handles that contains d's, l (vmm kind: ids are never
  * reused by an owner, so equal ids are the same memory). */
-static int covers(const map_t *m, const rk_ipc_desc_t *d)
+static int covers(const map_t *m, const rk_ipc_desc_t *d, const vmm_list_t *l)
 {
     if (m->owner != d->owner || m->kind != d->kind)
         return 0;
     if (d->kind != RK_IPC_KIND_VMM)
         return m->id == d->buffer_id;
-    if (d->base < m->base || d->size > m->size || d->base - m->base > m->size - d->size ||
-        d->nh < 1 || d->nh > RK_IPC_VMM_MAX)
+    if (d->base < m->base || d->size > m->size || d->base - m->base > m->size - d->size)
         return 0;
-    for (int j = 0; j + d->nh <= m->nh; j++)
-        if (m->ids[j] == d->u.vmm.ids[0]) {
-            for (int i = 1; i < d->nh; i++)
-                if (m->ids[j + i] != d->u.vmm.ids[i])
+    for (size_t j = 0; j + l->n <= m->nh; j++)
+        if (m->ids[j] == l->ids[0]) {
+            for (size_t i = 1; i < l->n; i++)
+                if (m->ids[j + i] != l->ids[i])
                     return 0;
             return 1;
         }
     return 0;
 }
 
+static void *map_locked(const rk_ipc_desc_t *d, const vmm_list_t *l);
+
 void *rk_ipc_map(const rk_ipc_desc_t *d)
 {
     if (!d || d->offset > d->size || d->bytes > d->size - d->offset)
         return NULL;
+    /* A vmm descriptor's handles, one by one (on the heap: 6 KiB). */
+    vmm_list_t *l = NULL;
+    if (d->kind == RK_IPC_KIND_VMM) {
+        l = malloc(sizeof *l);
+        if (!l || vmm_expand(d, l) != 0) {
+            free(l);
+            return NULL;
+        }
+    }
+    void *r = map_locked(d, l);
+    free(l);
+    return r;
+}
+
+static void *map_locked(const rk_ipc_desc_t *d, const vmm_list_t *l)
+{
     pthread_mutex_lock(&lock);
     for (map_t *m = maps; m; m = m->next)
-        if (!m->stale && covers(m, d)) {
+        if (!m->stale && covers(m, d, l)) {
             m->refs++;
             m->used = ++tick;
             stats.hits++;
@@ -542,7 +593,7 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
     }
     char why[160] = "";
     rankmem_vmm_import_t *im = NULL;
-    char *p = open_mapping(d, &im, why, sizeof why);
+    char *p = open_mapping(d, l, &im, why, sizeof why);
     map_t *m = p ? calloc(1, sizeof *m) : NULL;
     if (p && !m) {
         map_t tmp = {.ptr = p, .size = d->size, .kind = d->kind, .im = im};
@@ -552,7 +603,7 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
     if (!p) {
         static int told;
         stats.refused_maps++;
-        if (!told++)
+        if (!probing && !told++)
             rk_mpi_warn("staging: cannot map rank %d's device memory (%s): its messages to this "
                         "rank are staged instead",
                         (int)d->owner, why[0] ? why : "out of memory");
@@ -563,8 +614,16 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
     m->kind = d->kind;
     m->im = im;
     if (d->kind == RK_IPC_KIND_VMM) {
-        m->nh = d->nh;
-        memcpy(m->ids, d->u.vmm.ids, sizeof m->ids);
+        m->ids = malloc(l->n * sizeof *m->ids);
+        if (!m->ids) {
+            close_mapping(m);
+            free(m);
+            stats.refused_maps++;
+            pthread_mutex_unlock(&lock);
+            return NULL;
+        }
+        memcpy(m->ids, l->ids, l->n * sizeof *m->ids);
+        m->nh = l->n;
         stats.vmm_opened++;
     }
     m->id = d->buffer_id;
@@ -587,13 +646,25 @@ void rk_ipc_release(const void *mapped)
         return;
     const char *q = mapped;
     pthread_mutex_lock(&lock);
+    /* The mapping that holds q; one that ends at q only when none holds
+     * it (a buffer of 0 bytes at the end): mappings are often adjacent, and
+     * the one below a mapping must not take its release. */
+    map_t **hit = NULL;
     for (map_t **pp = &maps; *pp; pp = &(*pp)->next) {
         map_t *m = *pp;
         if (m->refs > 0 && q >= m->ptr && q <= m->ptr + m->size) {
-            if (--m->refs == 0 && (m->stale || nmaps > cache_max))
-                drop(pp);
-            break;
+            if (q < m->ptr + m->size) {
+                hit = pp;
+                break;
+            }
+            if (!hit)
+                hit = pp;
         }
+    }
+    if (hit) {
+        map_t *m = *hit;
+        if (--m->refs == 0 && (m->stale || nmaps > cache_max))
+            drop(hit);
     }
     pthread_mutex_unlock(&lock);
 }
@@ -603,6 +674,9 @@ void rk_ipc_stats(rk_ipc_stats_t *s)
     pthread_mutex_lock(&lock);
     *s = stats;
     s->cached = nmaps;
+    s->busy = 0;
+    for (map_t *m = maps; m; m = m->next)
+        s->busy += m->refs > 0;
     pthread_mutex_unlock(&lock);
 }
 
@@ -773,7 +847,9 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                 snprintf(why, sizeof why, "rank %d does not take part", (int)all[i].owner);
             break;
         }
+        probing = 1;
         void *p = rk_ipc_map(&all[i]);
+        probing = 0;
         if (!p) {
             ok = 0;
             snprintf(why, sizeof why, "rank %d could not map rank %d's memory", me,

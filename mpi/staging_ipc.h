@@ -21,22 +21,27 @@
 #include <stdint.h>
 
 #define RK_IPC_HANDLE_BYTES 64
-#define RK_IPC_VMM_MAX 16 /* vmm handles one descriptor names (more: staged) */
+#define RK_IPC_VMM_SEGS 16     /* runs of vmm handles one descriptor names */
+#define RK_IPC_VMM_HANDLES 256 /* vmm handles one descriptor names (more: staged) */
 
 #define RK_IPC_KIND_CUDA 0 /* a cudaIpcMemHandle_t of the allocation */
 #define RK_IPC_KIND_VMM 1  /* physical handles of the rank's vmm pool (fd service) */
 
-/* What travels from exporter to importer: 256 bytes. The cudaIpc kind
+/* What travels from exporter to importer: 328 bytes. The cudaIpc kind
  * describes the allocation [base, base + size) with id buffer_id; the vmm
- * kind the run of nh physical handles from base (the first handle's
- * address), each of granules[i] granules and export id ids[i], size their
- * sum and buffer_id ids[0]. offset: the buffer's first byte - base. */
+ * kind the physical handles that cover the buffer, one after another from
+ * base (the first handle's address), as nh segments: segment i is count[i]
+ * handles of granules[i] granules each, with export ids id0[i],
+ * id0[i] + 1, ... (ids given at one export are consecutive, so a buffer
+ * takes one or a few segments); size is their sum and buffer_id the first
+ * id. offset: the buffer's first byte - base. */
 typedef struct rk_ipc_desc {
     union {
         unsigned char handle[RK_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t (fake: pid, fd) */
         struct {
-            uint64_t ids[RK_IPC_VMM_MAX];
-            uint32_t granules[RK_IPC_VMM_MAX];
+            uint64_t id0[RK_IPC_VMM_SEGS];
+            uint32_t count[RK_IPC_VMM_SEGS];
+            uint32_t granules[RK_IPC_VMM_SEGS];
         } vmm;
     } u;
     uint64_t buffer_id; /* the allocation's id in the exporter (vmm: the first handle's) */
@@ -47,7 +52,7 @@ typedef struct rk_ipc_desc {
     int32_t owner;      /* the exporter's rank in MPI_COMM_WORLD */
     int32_t spare;
     int32_t kind;       /* RK_IPC_KIND_* */
-    int32_t nh;         /* vmm: handles */
+    int32_t nh;         /* vmm: segments */
     uint64_t granule;   /* vmm: the exporter's granule */
     int32_t backend;    /* vmm: RANKMEM_VMM_BACKEND_* */
     int32_t spare2;
@@ -93,7 +98,7 @@ RK_MPI_HIDDEN void rk_ipc_release(const void *mapped);
 typedef struct rk_ipc_stats {
     uint64_t opened, stale, evicted, hits, exports, refused, refused_maps;
     uint64_t vmm_exports, vmm_opened; /* of the above, vmm descriptors */
-    int cached;
+    int cached, busy; /* mappings kept; of them, in use (between map and release) */
 } rk_ipc_stats_t;
 RK_MPI_HIDDEN void rk_ipc_stats(rk_ipc_stats_t *s);
 

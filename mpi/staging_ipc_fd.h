@@ -14,8 +14,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-/* Handles one request may name (a descriptor's largest count). */
-#define RK_IPC_FD_MAX 16
+/* Handles one request may name (more: several requests). */
+#define RK_IPC_FD_MAX 64
 
 /* Listen as world rank `rank` of the job `nonce` and serve the handles of
  * the vmm of mr's chain (retained until rk_ipc_fd_stop). 0, or -1 with

@@ -1519,6 +1519,12 @@ int main(int argc, char **argv)
             rk_stg_fake_ipc(fd);
     }
 #endif
+#ifdef RKT_FAKE
+    /* RKT_FAKE_FD_REFUSE: the fd service refuses every handle (the node's
+     * probe at init fails: IPC off for the node, one line for the job). */
+    if (getenv("RKT_FAKE_FD_REFUSE"))
+        rk_ipc_fd_refuse(1);
+#endif
     MPI_Init(&argc, &argv);
 #ifdef RKT_FAKE
     /* Built with the plugin's sources: staging's init, as init.c calls it
@@ -1677,14 +1683,18 @@ int main(int argc, char **argv)
         MPI_Allreduce(&r, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         mok(all > 0, "refused mappings happened (%ld) and every message above still arrived", all);
     }
-    if (use_vmm && !host_only) {
+    if (use_vmm && !host_only && getenv("RKT_FAKE_FD_REFUSE")) {
+        mok(!rk_ipc_on, "vmm: the fd service refusing at init: IPC off, every message above "
+                        "staged and right");
+    } else if (use_vmm && !host_only) {
         /* Not one message may have staged silently instead of mapping. */
         rk_ipc_stats_t ist;
         rk_ipc_stats(&ist);
-        long v[3] = {(long)ist.vmm_opened, (long)ist.vmm_exports, (long)(ist.opened - ist.vmm_opened)},
-             mn[3], mx[3];
-        MPI_Allreduce(v, mn, 3, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
-        MPI_Allreduce(v, mx, 3, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+        long v[4] = {(long)ist.vmm_opened, (long)ist.vmm_exports,
+                     (long)(ist.opened - ist.vmm_opened), (long)ist.busy},
+             mn[4], mx[4];
+        MPI_Allreduce(v, mn, 4, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(v, mx, 4, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
         mdiag("vmm: rank 0 mapped %llu runs of peers' handles, %llu hits, %llu replaced, %llu "
               "evicted, %llu refused; exported %llu",
               (unsigned long long)ist.vmm_opened, (unsigned long long)ist.hits,
@@ -1694,6 +1704,15 @@ int main(int argc, char **argv)
             "vmm: IPC on, every rank mapped peers' vmm handles (min %ld) and described its own "
             "(min %ld); no other kind of mapping (%ld)",
             mn[0], mn[1], mx[2]);
+    }
+    if (rk_ipc_on) {
+        /* Every mapping taken was given back (a leaked reference keeps a
+         * peer's memory mapped for good). */
+        rk_ipc_stats_t ist;
+        rk_ipc_stats(&ist);
+        long b = ist.busy, bmax = 0;
+        MPI_Allreduce(&b, &bmax, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+        mok(bmax == 0, "IPC: no mapping left in use at the end (at most %ld on a rank)", bmax);
     }
 #endif
     MPI_Barrier(MPI_COMM_WORLD);
