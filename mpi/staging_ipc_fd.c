@@ -34,6 +34,10 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#if HAVE_GPU && !HAVE_HIP
+#include <cuda_runtime.h>
+#endif
+
 #define MAGIC_REQ 0x726b6671u /* "rkfq" */
 #define MAGIC_ANS 0x726b6661u /* "rkfa" */
 #define MAX_CLIENTS 256
@@ -143,6 +147,12 @@ static void answer(int c)
 static void *serve(void *arg)
 {
     (void)arg;
+#if HAVE_GPU && !HAVE_HIP
+    /* The driver's export calls run in the rank's device's context. */
+    int dev = rk_mpi_gpu_current();
+    if (dev >= 0 && cudaSetDevice(dev) != cudaSuccess)
+        (void)cudaGetLastError();
+#endif
     struct pollfd pf[2 + MAX_CLIENTS];
     int nc = 0;
     pf[0].fd = wake[0];

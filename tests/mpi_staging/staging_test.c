@@ -1542,7 +1542,7 @@ int main(int argc, char **argv)
 #endif
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
-    if (use_vmm && !host_only) {
+    if (use_vmm && !host_only && have_device()) {
         /* The rank's resource must hold a vmm pool (RANKMEM_RESOURCE). */
         vres = rankmem_mpi_resource();
         void *vb = NULL;
