@@ -42,6 +42,7 @@
 #endif
 
 int rk_ipc_on;
+_Static_assert(sizeof(rk_ipc_desc_t) == 328, "docs/staging.md gives the descriptor's size");
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int world_size;
