@@ -742,6 +742,20 @@ static void probe_free(void *p)
 #endif
 }
 
+/* Whether mr's chain holds a vmm pool (asked first, so that a chain
+ * without one leaves no error behind for the program to find). */
+static int has_vmm(rankmem_resource_t *mr)
+{
+    for (int depth = 0; mr && depth < 64; depth++) {
+        const char *name = NULL;
+        if (rankmem_resource_name(mr, &name) == RANKMEM_SUCCESS && name && !strcmp(name, "vmm"))
+            return 1;
+        if (rankmem_resource_upstream(mr, &mr) != RANKMEM_SUCCESS)
+            return 0;
+    }
+    return 0;
+}
+
 void rk_ipc_init(int mode, int cache, int stg_on)
 {
     if (cache > 0)
@@ -801,7 +815,7 @@ void rk_ipc_init(int mode, int cache, int stg_on)
     rankmem_resource_t *rmr = rankmem_mpi_resource();
     void *vb = NULL;
     size_t vn = 0;
-    if (can && rmr && rankmem_vmm_range(rmr, &vb, &vn) == RANKMEM_SUCCESS) {
+    if (can && has_vmm(rmr) && rankmem_vmm_range(rmr, &vb, &vn) == RANKMEM_SUCCESS) {
         char fwhy[160] = "";
         if (rk_ipc_fd_start(nonce, me, world_size, rmr, fwhy, sizeof fwhy) == 0) {
             vmm_mr = rmr;
@@ -814,8 +828,11 @@ void rk_ipc_init(int mode, int cache, int stg_on)
         }
     }
     /* can: this rank takes part (wants IPC, stages, has a way to export). */
-    if (can && fake && fake_fd < 0 && !vmm_served)
-        can = 0, snprintf(why, sizeof why, "%s", why[0] ? why : "the test backend has no memory file");
+    if (can && fake && fake_fd < 0 && !vmm_served) {
+        can = 0;
+        if (!why[0]) /* else the fd service's reason, said above */
+            snprintf(why, sizeof why, "the test backend has no memory file");
+    }
     if (can && !fake && !RK_IPC_CUDA)
         can = 0, snprintf(why, sizeof why, "CUDA IPC is not built for HIP");
     rk_ipc_desc_t mine;
