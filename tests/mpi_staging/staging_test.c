@@ -35,6 +35,7 @@
 #include "mtap.h"
 
 int ftruncate(int fd, off_t length); /* <unistd.h>, whose F_* names clash with ours */
+int close(int fd);
 
 #include <rankmem.h>
 #include <rankmem_mpi.h>
@@ -1436,6 +1437,35 @@ static void t_vmm(void)
     ok = vmm_round(sbuf, rbuf, n, 66, peer, even, &d);
     vmm_ok(ok && d.opened == 1, recv, "... and served again: mapped, right");
     dev_reset();
+
+    /* The fd service itself, asked by this rank for its own handles: a
+     * handle by address and id is served; a wrong id, or the id of a
+     * handle the pool gave back, is refused. */
+    char *b = xalloc(DEV, 100000);
+    rankmem_vmm_export_t e;
+    int good = rankmem_vmm_export_ex(vres, b, 100000,
+                                     RANKMEM_VMM_EXPORT_NO_FDS | RANKMEM_VMM_EXPORT_MAPPED,
+                                     &e) == RANKMEM_SUCCESS && e.count >= 1;
+    uint64_t addr = good ? e.handles[0].address : 0, id = good ? e.handles[0].id : 0;
+    uint64_t bytes = 0, off = 0, bad_id = id + 1000000;
+    int fd = -1;
+    char why[160];
+    if (good) {
+        good = rk_ipc_fd_fetch(me, 1, &addr, &id, &fd, &bytes, &off, why, sizeof why) == 0 &&
+               fd >= 0 && bytes == e.handles[0].bytes && off == e.handles[0].fd_offset;
+        if (fd >= 0)
+            close(fd);
+        rankmem_vmm_export_close(&e);
+    }
+    mok(good, "vmm: the fd service serves a handle by address and id");
+    fd = -1;
+    mok(rk_ipc_fd_fetch(me, 1, &addr, &bad_id, &fd, &bytes, &off, why, sizeof why) != 0 &&
+            fd == -1,
+        "vmm: ... and refuses a wrong id (%s)", why);
+    dev_reset(); /* b freed, the pool's memory given back */
+    fd = -1;
+    mok(rk_ipc_fd_fetch(me, 1, &addr, &id, &fd, &bytes, &off, why, sizeof why) != 0 && fd == -1,
+        "vmm: ... and the id of a handle given back (%s)", why);
 }
 #endif
 
