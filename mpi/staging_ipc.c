@@ -11,9 +11,17 @@
  * refusal is one line for the job (world rank 0), not one per message.
  *
  * The test backend (stg_fake) stands for device memory with a memory file
- * mapped at the fake region; a peer "maps" it through /proc/PID/fd/FD. */
+ * mapped at the fake region; a peer "maps" it through /proc/PID/fd/FD.
+ *
+ * Memory of the rank's vmm pool has no CUDA IPC handle (the driver refuses
+ * VMM memory): it travels as its physical handles instead, whose
+ * descriptors peers fetch from this rank's fd service (staging_ipc_fd.c);
+ * the importer maps the run of handles and caches it like an allocation,
+ * keyed by the handles' export ids, which are never reused. With the host
+ * backend of the vmm (a memfd) the same path runs on the CPU tests. */
 #define _GNU_SOURCE
 #include "staging_ipc.h"
+#include "staging_ipc_fd.h"
 #include "recorder.h"
 #include "staging_internal.h"
 
@@ -23,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <time.h>
 #include <unistd.h>
 
 #if HAVE_GPU && !HAVE_HIP
@@ -33,15 +42,24 @@
 #endif
 
 int rk_ipc_on;
+_Static_assert(sizeof(rk_ipc_desc_t) == 328, "docs/staging.md gives the descriptor's size");
 
 static pthread_mutex_t lock = PTHREAD_MUTEX_INITIALIZER;
 static int world_size;
 static unsigned char *near; /* near[w]: world rank w is a node peer served by IPC */
 static int cache_max = 64;  /* RANKMEM_STAGING_IPC_CACHE */
 static rk_ipc_stats_t stats;
+static int probing; /* rk_ipc_init's probe: its refusals make the job's one line */
 static MPI_Comm ack_comm = MPI_COMM_NULL;
 
 MPI_Comm rk_ipc_ack_comm(void) { return ack_comm; }
+
+/* The rank's vmm pool, when its resource has one (retained), its reserved
+ * range, and whether its fd service runs (only then are its buffers
+ * described by handles). */
+static rankmem_resource_t *vmm_mr;
+static uintptr_t vmm_lo, vmm_hi;
+static int vmm_served;
 
 /* ---- test backend ---- */
 
@@ -182,10 +200,91 @@ static int make_handle(uint64_t base, unsigned char *out)
 #endif
 }
 
+/* A buffer of the rank's vmm pool: its physical handles (ids, sizes), no
+ * descriptor made here (the fd service makes them when a peer asks). */
+static int vmm_export(const void *buf, size_t n, rk_ipc_desc_t *d)
+{
+    rankmem_vmm_export_t e;
+    if (rankmem_vmm_export_ex(vmm_mr, (void *)(uintptr_t)buf, n,
+                              RANKMEM_VMM_EXPORT_NO_FDS | RANKMEM_VMM_EXPORT_MAPPED,
+                              &e) != RANKMEM_SUCCESS)
+        return -1;
+    int ok = e.count > 0 && e.count <= RK_IPC_VMM_HANDLES;
+    if (ok) {
+        memset(d, 0, sizeof *d);
+        uint64_t size = 0;
+        int k = -1; /* the segment being filled */
+        for (size_t i = 0; i < e.count && ok; i++) {
+            const rankmem_vmm_handle_t *h = &e.handles[i];
+            uint64_t g = h->bytes / e.granule;
+            ok = g <= UINT32_MAX;
+            if (k >= 0 && h->id == d->u.vmm.id0[k] + d->u.vmm.count[k] &&
+                g == d->u.vmm.granules[k]) {
+                d->u.vmm.count[k]++;
+            } else if (++k < RK_IPC_VMM_SEGS) {
+                d->u.vmm.id0[k] = h->id;
+                d->u.vmm.count[k] = 1;
+                d->u.vmm.granules[k] = (uint32_t)g;
+            } else {
+                ok = 0; /* ids too scattered for one descriptor */
+            }
+            size += h->bytes;
+        }
+        d->kind = RK_IPC_KIND_VMM;
+        d->nh = k + 1;
+        d->granule = e.granule;
+        d->backend = e.backend;
+        d->buffer_id = e.handles[0].id;
+        d->base = e.handles[0].address;
+        d->size = size;
+        d->offset = e.offset;
+        d->bytes = n;
+        d->owner = -1;
+        PMPI_Comm_rank(MPI_COMM_WORLD, &d->owner);
+    }
+    rankmem_vmm_export_close(&e);
+    pthread_mutex_lock(&lock);
+    stats.exports++;
+    stats.vmm_exports++;
+    if (!ok)
+        stats.refused++;
+    pthread_mutex_unlock(&lock);
+    return ok ? 0 : -1;
+}
+
+/* A vmm descriptor's handles one by one. */
+typedef struct {
+    size_t n;
+    uint64_t ids[RK_IPC_VMM_HANDLES], addr[RK_IPC_VMM_HANDLES], bytes[RK_IPC_VMM_HANDLES];
+} vmm_list_t;
+
+/* 0, or -1 when d is malformed. */
+static int vmm_expand(const rk_ipc_desc_t *d, vmm_list_t *l)
+{
+    l->n = 0;
+    if (d->nh < 1 || d->nh > RK_IPC_VMM_SEGS || !d->granule || (d->granule & (d->granule - 1)))
+        return -1;
+    uint64_t at = d->base;
+    for (int k = 0; k < d->nh; k++)
+        for (uint32_t j = 0; j < d->u.vmm.count[k]; j++) {
+            if (l->n == RK_IPC_VMM_HANDLES || !d->u.vmm.granules[k])
+                return -1;
+            l->ids[l->n] = d->u.vmm.id0[k] + j;
+            l->addr[l->n] = at;
+            l->bytes[l->n] = (uint64_t)d->u.vmm.granules[k] * d->granule;
+            at += l->bytes[l->n++];
+        }
+    return l->n && at - d->base == d->size ? 0 : -1;
+}
+
 int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
 {
     uint64_t base, size, id;
-    if (!rk_ipc_on || allocation_of(buf, &base, &size, &id) != 0)
+    if (!rk_ipc_on)
+        return -1;
+    if (vmm_served && (uintptr_t)buf >= vmm_lo && (uintptr_t)buf < vmm_hi)
+        return vmm_export(buf, n, d);
+    if (allocation_of(buf, &base, &size, &id) != 0)
         return -1;
     uint64_t off = (uint64_t)(uintptr_t)buf - base;
     if (off > size || n > size - off)
@@ -216,7 +315,8 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
     ex[slot].used = ++tick;
     int ok = ex[slot].ok;
     if (ok) {
-        memcpy(d->handle, ex[slot].handle, RK_IPC_HANDLE_BYTES);
+        memset(d, 0, sizeof *d);
+        memcpy(d->u.handle, ex[slot].handle, RK_IPC_HANDLE_BYTES);
         d->buffer_id = id;
         d->base = base;
         d->size = size;
@@ -224,7 +324,7 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
         d->bytes = n;
         d->owner = -1;
         PMPI_Comm_rank(MPI_COMM_WORLD, &d->owner);
-        d->spare = 0;
+        d->kind = RK_IPC_KIND_CUDA;
     }
     pthread_mutex_unlock(&lock);
     return ok ? 0 : -1;
@@ -234,8 +334,12 @@ int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
 
 typedef struct map {
     struct map *next;
-    int owner;
+    int owner, kind;
     uint64_t id, base, size;
+    /* vmm: the handles mapped, from base (ids never reused by the owner) */
+    size_t nh;
+    uint64_t *ids;
+    rankmem_vmm_import_t *im;
     char *ptr; /* the mapped allocation's first byte */
     int refs;  /* copies in flight through it */
     int stale; /* replaced: close when refs reach 0 */
@@ -244,15 +348,81 @@ typedef struct map {
 static map_t *maps;
 static int nmaps;
 
-static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
+/* The owner's run of handles, fetched from its fd service and mapped. */
+static char *open_vmm(const rk_ipc_desc_t *d, const vmm_list_t *l, rankmem_vmm_import_t **im,
+                      char *why, size_t len)
 {
+    size_t nh = l->n, got = 0;
+    uint64_t bytes[RK_IPC_VMM_HANDLES], offs[RK_IPC_VMM_HANDLES];
+    int fds[RK_IPC_VMM_HANDLES];
+    while (got < nh) {
+        size_t k = nh - got < RK_IPC_FD_MAX ? nh - got : RK_IPC_FD_MAX;
+        if (rk_ipc_fd_fetch(d->owner, k, l->addr + got, l->ids + got, fds + got, bytes + got,
+                            offs + got, why, len) != 0)
+            break;
+        got += k;
+    }
+    rankmem_vmm_handle_t *h = got == nh ? calloc(nh, sizeof *h) : NULL;
+    void *p = NULL;
+    int ok = h != NULL;
+    for (size_t i = 0; ok && i < nh; i++) {
+        h[i].id = l->ids[i];
+        h[i].address = l->addr[i];
+        h[i].bytes = (size_t)bytes[i];
+        h[i].fd_offset = offs[i];
+        h[i].fd = fds[i];
+        ok = bytes[i] == l->bytes[i];
+    }
+    if (h && !ok) {
+        snprintf(why, len, "its handles' sizes changed");
+    } else if (h) {
+        rankmem_vmm_export_t e;
+        memset(&e, 0, sizeof e);
+        e.backend = d->backend;
+        e.device = -1;
+        e.granule = (size_t)d->granule;
+        e.count = nh;
+        e.offset = 0;
+        e.bytes = (size_t)d->size;
+        e.handles = h;
+#if RK_IPC_CUDA
+        int prev = dev_enter();
+#endif
+        if (rankmem_vmm_import(&e, &p, im) != RANKMEM_SUCCESS) {
+            snprintf(why, len, "%s", rankmem_last_error());
+            p = NULL;
+        }
+#if RK_IPC_CUDA
+        dev_leave(prev);
+#endif
+    } else if (got == nh) {
+        snprintf(why, len, "out of host memory");
+    }
+    for (size_t i = 0; i < got; i++)
+        close(fds[i]); /* the mapping keeps the memory */
+    free(h);
+    return p;
+}
+
+static char *open_mapping(const rk_ipc_desc_t *d, const vmm_list_t *l,
+                          rankmem_vmm_import_t **im, char *why, size_t len)
+{
+    char *fb;
+    size_t fn;
+    if (rk_stg_fake_region(&fb, &fn) && fake_fail_every > 0 &&
+        ++fake_fail_count % fake_fail_every == 0) {
+        snprintf(why, len, "the test backend refused it on purpose");
+        return NULL;
+    }
+    if (d->kind == RK_IPC_KIND_VMM)
+        return open_vmm(d, l, im, why, len);
+    if (d->kind != RK_IPC_KIND_CUDA) {
+        snprintf(why, len, "a descriptor of unknown kind %d", (int)d->kind);
+        return NULL;
+    }
     if (fake_fd >= 0) {
         fake_handle_t h;
-        memcpy(&h, d->handle, sizeof h);
-        if (fake_fail_every > 0 && ++fake_fail_count % fake_fail_every == 0) {
-            snprintf(why, len, "the test backend refused it on purpose");
-            return NULL;
-        }
+        memcpy(&h, d->u.handle, sizeof h);
         if (memcmp(h.tag, "rkfake", 7) != 0) {
             snprintf(why, len, "not a handle of the test backend");
             return NULL;
@@ -274,7 +444,7 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
     }
 #if RK_IPC_CUDA
     cudaIpcMemHandle_t h;
-    memcpy(&h, d->handle, sizeof h);
+    memcpy(&h, d->u.handle, sizeof h);
     void *p = NULL;
     int prev = dev_enter();
     cudaError_t e = cudaIpcOpenMemHandle(&p, h, cudaIpcMemLazyEnablePeerAccess);
@@ -310,6 +480,16 @@ static char *open_mapping(const rk_ipc_desc_t *d, char *why, size_t len)
 
 static void close_mapping(map_t *m)
 {
+    if (m->kind == RK_IPC_KIND_VMM) {
+#if RK_IPC_CUDA
+        int prev = dev_enter();
+#endif
+        (void)rankmem_vmm_import_close(m->im);
+#if RK_IPC_CUDA
+        dev_leave(prev);
+#endif
+        return;
+    }
     if (fake_fd >= 0) {
         munmap(m->ptr, m->size);
         return;
@@ -329,28 +509,69 @@ static void drop(map_t **pp)
     *pp = m->next;
     nmaps--;
     close_mapping(m);
+    free(m->ids);
     free(m);
 }
+
+/* Whether mapping m holds what d describes: the same allocation (cudaIpc
+ * kind), or a run of handles that contains d's, l (vmm kind: ids are never
+ * reused by an owner, so equal ids are the same memory). */
+static int covers(const map_t *m, const rk_ipc_desc_t *d, const vmm_list_t *l)
+{
+    if (m->owner != d->owner || m->kind != d->kind)
+        return 0;
+    if (d->kind != RK_IPC_KIND_VMM)
+        return m->id == d->buffer_id;
+    if (d->base < m->base || d->size > m->size || d->base - m->base > m->size - d->size)
+        return 0;
+    for (size_t j = 0; j + l->n <= m->nh; j++)
+        if (m->ids[j] == l->ids[0]) {
+            for (size_t i = 1; i < l->n; i++)
+                if (m->ids[j + i] != l->ids[i])
+                    return 0;
+            return 1;
+        }
+    return 0;
+}
+
+static void *map_locked(const rk_ipc_desc_t *d, const vmm_list_t *l);
 
 void *rk_ipc_map(const rk_ipc_desc_t *d)
 {
     if (!d || d->offset > d->size || d->bytes > d->size - d->offset)
         return NULL;
+    /* A vmm descriptor's handles, one by one (on the heap: 6 KiB). */
+    vmm_list_t *l = NULL;
+    if (d->kind == RK_IPC_KIND_VMM) {
+        l = malloc(sizeof *l);
+        if (!l || vmm_expand(d, l) != 0) {
+            free(l);
+            return NULL;
+        }
+    }
+    void *r = map_locked(d, l);
+    free(l);
+    return r;
+}
+
+static void *map_locked(const rk_ipc_desc_t *d, const vmm_list_t *l)
+{
     pthread_mutex_lock(&lock);
     for (map_t *m = maps; m; m = m->next)
-        if (m->owner == d->owner && m->id == d->buffer_id && !m->stale) {
+        if (!m->stale && covers(m, d, l)) {
             m->refs++;
             m->used = ++tick;
             stats.hits++;
             pthread_mutex_unlock(&lock);
-            return m->ptr + d->offset;
+            return m->ptr + (d->base - m->base) + d->offset;
         }
     /* A new allocation of that owner over addresses we map: the old one is
      * gone (freed, perhaps reallocated with other contents), so its mapping
      * must never be read again. */
     for (map_t **pp = &maps; *pp;) {
         map_t *m = *pp;
-        if (m->owner == d->owner && m->base < d->base + d->size && d->base < m->base + m->size) {
+        if (m->owner == d->owner && m->kind == d->kind && m->base < d->base + d->size &&
+            d->base < m->base + m->size) {
             stats.stale++;
             if (m->refs == 0) {
                 drop(pp);
@@ -372,17 +593,18 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
         drop(vp);
     }
     char why[160] = "";
-    char *p = open_mapping(d, why, sizeof why);
+    rankmem_vmm_import_t *im = NULL;
+    char *p = open_mapping(d, l, &im, why, sizeof why);
     map_t *m = p ? calloc(1, sizeof *m) : NULL;
     if (p && !m) {
-        map_t tmp = {.ptr = p, .size = d->size};
+        map_t tmp = {.ptr = p, .size = d->size, .kind = d->kind, .im = im};
         close_mapping(&tmp);
         p = NULL;
     }
     if (!p) {
         static int told;
         stats.refused_maps++;
-        if (!told++)
+        if (!probing && !told++)
             rk_mpi_warn("staging: cannot map rank %d's device memory (%s): its messages to this "
                         "rank are staged instead",
                         (int)d->owner, why[0] ? why : "out of memory");
@@ -390,6 +612,21 @@ void *rk_ipc_map(const rk_ipc_desc_t *d)
         return NULL;
     }
     m->owner = d->owner;
+    m->kind = d->kind;
+    m->im = im;
+    if (d->kind == RK_IPC_KIND_VMM) {
+        m->ids = malloc(l->n * sizeof *m->ids);
+        if (!m->ids) {
+            close_mapping(m);
+            free(m);
+            stats.refused_maps++;
+            pthread_mutex_unlock(&lock);
+            return NULL;
+        }
+        memcpy(m->ids, l->ids, l->n * sizeof *m->ids);
+        m->nh = l->n;
+        stats.vmm_opened++;
+    }
     m->id = d->buffer_id;
     m->base = d->base;
     m->size = d->size;
@@ -410,13 +647,25 @@ void rk_ipc_release(const void *mapped)
         return;
     const char *q = mapped;
     pthread_mutex_lock(&lock);
+    /* The mapping that holds q; one that ends at q only when none holds
+     * it (a buffer of 0 bytes at the end): mappings are often adjacent, and
+     * the one below a mapping must not take its release. */
+    map_t **hit = NULL;
     for (map_t **pp = &maps; *pp; pp = &(*pp)->next) {
         map_t *m = *pp;
         if (m->refs > 0 && q >= m->ptr && q <= m->ptr + m->size) {
-            if (--m->refs == 0 && (m->stale || nmaps > cache_max))
-                drop(pp);
-            break;
+            if (q < m->ptr + m->size) {
+                hit = pp;
+                break;
+            }
+            if (!hit)
+                hit = pp;
         }
+    }
+    if (hit) {
+        map_t *m = *hit;
+        if (--m->refs == 0 && (m->stale || nmaps > cache_max))
+            drop(hit);
     }
     pthread_mutex_unlock(&lock);
 }
@@ -426,6 +675,9 @@ void rk_ipc_stats(rk_ipc_stats_t *s)
     pthread_mutex_lock(&lock);
     *s = stats;
     s->cached = nmaps;
+    s->busy = 0;
+    for (map_t *m = maps; m; m = m->next)
+        s->busy += m->refs > 0;
     pthread_mutex_unlock(&lock);
 }
 
@@ -433,11 +685,23 @@ int rk_ipc_reaches(int w) { return rk_ipc_on && near && w >= 0 && w < world_size
 
 /* ---- the node's decision ---- */
 
-/* A probe buffer to export at init (freed after the decision). */
+#define VMM_PROBE_BYTES ((size_t)64 << 10)
+
+/* A probe buffer to export at init (freed after the decision): from the
+ * rank's vmm pool when it has one (its handles then go through the fd
+ * service, the path its buffers will take). */
 static void *probe_alloc(void)
 {
     char *fb;
     size_t fn;
+    if (vmm_served) {
+        void *p = NULL;
+        rk_obs_internal_depth++; /* rankmem's own memory, not the program's */
+        if (rankmem_allocate(vmm_mr, VMM_PROBE_BYTES, 0, &p) != RANKMEM_SUCCESS)
+            p = NULL;
+        rk_obs_internal_depth--;
+        return p;
+    }
     if (rk_stg_fake_region(&fb, &fn))
         return fake_fd >= 0 ? fb : NULL;
 #if RK_IPC_CUDA
@@ -461,6 +725,12 @@ static void probe_free(void *p)
 {
     char *fb;
     size_t fn;
+    if (p && vmm_served) {
+        rk_obs_internal_depth++;
+        (void)rankmem_deallocate(vmm_mr, p, VMM_PROBE_BYTES, 0);
+        rk_obs_internal_depth--;
+        return;
+    }
     if (!p || rk_stg_fake_region(&fb, &fn))
         return;
 #if RK_IPC_CUDA
@@ -470,6 +740,20 @@ static void probe_free(void *p)
     rk_obs_internal_depth--;
     dev_leave(prev);
 #endif
+}
+
+/* Whether mr's chain holds a vmm pool (asked first, so that a chain
+ * without one leaves no error behind for the program to find). */
+static int has_vmm(rankmem_resource_t *mr)
+{
+    for (int depth = 0; mr && depth < 64; depth++) {
+        const char *name = NULL;
+        if (rankmem_resource_name(mr, &name) == RANKMEM_SUCCESS && name && !strcmp(name, "vmm"))
+            return 1;
+        if (rankmem_resource_upstream(mr, &mr) != RANKMEM_SUCCESS)
+            return 0;
+    }
+    return 0;
 }
 
 void rk_ipc_init(int mode, int cache, int stg_on)
@@ -516,10 +800,39 @@ void rk_ipc_init(int mode, int cache, int stg_on)
              mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
     int mps = access(mps_path, F_OK) == 0;
     rk_stg_shared_gpu = shared && !mps;
-    /* can: this rank takes part (wants IPC, stages, has a way to export). */
+    /* The rank's vmm pool: its memory goes through the fd service, whose
+     * socket name holds a nonce of the job (node rank 0's, for the node). */
+    uint64_t nonce = 0;
+    if (nr == 0) {
+        FILE *f = fopen("/dev/urandom", "rb");
+        if (!f || fread(&nonce, sizeof nonce, 1, f) != 1)
+            nonce = ((uint64_t)getpid() << 32) ^ (uint64_t)time(NULL) ^ (uint64_t)(uintptr_t)&nonce;
+        if (f)
+            fclose(f);
+    }
+    PMPI_Bcast(&nonce, 1, MPI_UINT64_T, 0, node);
     int can = mode != 2 && stg_on && nn > 1;
-    if (can && fake && fake_fd < 0)
-        can = 0, snprintf(why, sizeof why, "the test backend has no memory file");
+    rankmem_resource_t *rmr = rankmem_mpi_resource();
+    void *vb = NULL;
+    size_t vn = 0;
+    if (can && has_vmm(rmr) && rankmem_vmm_range(rmr, &vb, &vn) == RANKMEM_SUCCESS) {
+        char fwhy[160] = "";
+        if (rk_ipc_fd_start(nonce, me, world_size, rmr, fwhy, sizeof fwhy) == 0) {
+            vmm_mr = rmr;
+            rankmem_resource_retain(vmm_mr);
+            vmm_lo = (uintptr_t)vb;
+            vmm_hi = (uintptr_t)vb + vn;
+            vmm_served = 1;
+        } else {
+            snprintf(why, sizeof why, "%s", fwhy);
+        }
+    }
+    /* can: this rank takes part (wants IPC, stages, has a way to export). */
+    if (can && fake && fake_fd < 0 && !vmm_served) {
+        can = 0;
+        if (!why[0]) /* else the fd service's reason, said above */
+            snprintf(why, sizeof why, "the test backend has no memory file");
+    }
     if (can && !fake && !RK_IPC_CUDA)
         can = 0, snprintf(why, sizeof why, "CUDA IPC is not built for HIP");
     rk_ipc_desc_t mine;
@@ -530,7 +843,9 @@ void rk_ipc_init(int mode, int cache, int stg_on)
         rk_ipc_on = 1; /* for rk_ipc_export */
         if (!probe || rk_ipc_export(probe, 1, &mine) != 0) {
             can = 0;
-            snprintf(why, sizeof why, "cudaIpcGetMemHandle refused this rank's memory");
+            snprintf(why, sizeof why, "%s",
+                     vmm_served ? "the rank's vmm pool could not describe its memory"
+                                : "cudaIpcGetMemHandle refused this rank's memory");
         }
         rk_ipc_on = 0;
     }
@@ -550,7 +865,9 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                 snprintf(why, sizeof why, "rank %d does not take part", (int)all[i].owner);
             break;
         }
+        probing = 1;
         void *p = rk_ipc_map(&all[i]);
+        probing = 0;
         if (!p) {
             ok = 0;
             snprintf(why, sizeof why, "rank %d could not map rank %d's memory", me,
@@ -575,6 +892,11 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                 if (i != nr && all[i].owner >= 0 && all[i].owner < world_size)
                     near[all[i].owner] = 1;
         rk_ipc_on = near != NULL;
+    }
+    if (!rk_ipc_on && vmm_served) {
+        /* Nobody will ask. */
+        rk_ipc_fd_stop();
+        vmm_served = 0;
     }
     /* Answers travel against the data's direction, with the data's tag (a
      * number the sender chose): a communicator of their own keeps them from
@@ -611,9 +933,10 @@ void rk_ipc_init(int mode, int cache, int stg_on)
                         sum[0] ? sum[0] : 1, sum[1], sum[1] == 1 ? "" : "s", why);
     }
     rk_mpi_verbose("staging: CUDA IPC %s (RANKMEM_STAGING_IPC=%s, %d rank%s on this node, cache "
-                   "of %d mappings)%s%s",
+                   "of %d mappings%s)%s%s",
                    rk_ipc_on ? "on" : "off", mode == 0 ? "auto" : mode == 1 ? "on" : "off", nn,
                    nn == 1 ? "" : "s", cache_max,
+                   vmm_served ? "; the vmm pool's memory by its physical handles" : "",
                    shared ? "; the GPU is shared with another rank of the node, " : "",
                    !shared ? ""
                    : mps           ? "under MPS"
@@ -634,12 +957,23 @@ void rk_ipc_finalize(void)
         pp = &(*pp)->next; /* a copy still in flight: leave it to the process's end */
     }
     pthread_mutex_unlock(&lock);
+    /* No peer maps our handles any more (MPI_Finalize): the service goes. */
+    if (vmm_served)
+        rk_ipc_fd_stop();
+    vmm_served = 0;
+    if (vmm_mr) {
+        rankmem_resource_release(vmm_mr);
+        vmm_mr = NULL;
+    }
     if (rk_ipc_on)
-        rk_mpi_verbose("staging: CUDA IPC mapped %llu allocation%s of peers (%llu hits, %llu "
-                       "replaced, %llu evicted), exported %llu",
+        rk_mpi_verbose("staging: CUDA IPC mapped %llu allocation%s of peers (%llu of vmm handles; "
+                       "%llu hits, %llu replaced, %llu evicted, %llu refused), exported %llu (%llu "
+                       "of vmm memory)",
                        (unsigned long long)s.opened, s.opened == 1 ? "" : "s",
-                       (unsigned long long)s.hits, (unsigned long long)s.stale,
-                       (unsigned long long)s.evicted, (unsigned long long)s.exports);
+                       (unsigned long long)s.vmm_opened, (unsigned long long)s.hits,
+                       (unsigned long long)s.stale, (unsigned long long)s.evicted,
+                       (unsigned long long)s.refused_maps, (unsigned long long)s.exports,
+                       (unsigned long long)s.vmm_exports);
     free(near);
     near = NULL;
     rk_ipc_on = 0;

@@ -21,17 +21,41 @@
 #include <stdint.h>
 
 #define RK_IPC_HANDLE_BYTES 64
+#define RK_IPC_VMM_SEGS 16     /* runs of vmm handles one descriptor names */
+#define RK_IPC_VMM_HANDLES 256 /* vmm handles one descriptor names (more: staged) */
 
-/* What travels from exporter to importer: 112 bytes. */
+#define RK_IPC_KIND_CUDA 0 /* a cudaIpcMemHandle_t of the allocation */
+#define RK_IPC_KIND_VMM 1  /* physical handles of the rank's vmm pool (fd service) */
+
+/* What travels from exporter to importer: 328 bytes. The cudaIpc kind
+ * describes the allocation [base, base + size) with id buffer_id; the vmm
+ * kind the physical handles that cover the buffer, one after another from
+ * base (the first handle's address), as nh segments: segment i is count[i]
+ * handles of granules[i] granules each, with export ids id0[i],
+ * id0[i] + 1, ... (ids given at one export are consecutive, so a buffer
+ * takes one or a few segments); size is their sum and buffer_id the first
+ * id. offset: the buffer's first byte - base. */
 typedef struct rk_ipc_desc {
-    unsigned char handle[RK_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t (fake backend: pid, fd) */
-    uint64_t buffer_id; /* the allocation's id in the exporter */
+    union {
+        unsigned char handle[RK_IPC_HANDLE_BYTES]; /* cudaIpcMemHandle_t (fake: pid, fd) */
+        struct {
+            uint64_t id0[RK_IPC_VMM_SEGS];
+            uint32_t count[RK_IPC_VMM_SEGS];
+            uint32_t granules[RK_IPC_VMM_SEGS];
+        } vmm;
+    } u;
+    uint64_t buffer_id; /* the allocation's id in the exporter (vmm: the first handle's) */
     uint64_t base;      /* the allocation's first byte, in the exporter */
     uint64_t size;      /* the allocation's bytes */
     uint64_t offset;    /* the buffer's first byte - base */
     uint64_t bytes;     /* the message's bytes */
     int32_t owner;      /* the exporter's rank in MPI_COMM_WORLD */
     int32_t spare;
+    int32_t kind;       /* RK_IPC_KIND_* */
+    int32_t nh;         /* vmm: segments */
+    uint64_t granule;   /* vmm: the exporter's granule */
+    int32_t backend;    /* vmm: RANKMEM_VMM_BACKEND_* */
+    int32_t spare2;
 } rk_ipc_desc_t;
 
 /* IPC serves device messages between ranks of this node (the same answer
@@ -56,8 +80,11 @@ RK_MPI_HIDDEN MPI_Comm rk_ipc_ack_comm(void);
 RK_MPI_HIDDEN int rk_ipc_reaches(int w);
 
 /* Describe [buf, buf + n) for node peers: 0, or -1 when its memory cannot
- * be exported (stream-ordered pools, VMM, managed memory: the caller
- * stages). Cached per allocation; the answer "cannot" is cached too. */
+ * be exported (stream-ordered pools, managed memory, VMM memory other than
+ * the rank's vmm pool: the caller stages). Memory of the rank's vmm pool
+ * (rankmem_mpi_resource()) is described by its physical handles, which
+ * peers fetch from this rank's fd service (staging_ipc_fd.h); other memory
+ * by a CUDA IPC handle, cached per allocation (the answer "cannot" too). */
 RK_MPI_HIDDEN int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d);
 
 /* The exporter's buffer, mapped here: the address of its first byte, or
@@ -70,7 +97,8 @@ RK_MPI_HIDDEN void rk_ipc_release(const void *mapped);
  * because their allocation was replaced, evicted, and cache hits. */
 typedef struct rk_ipc_stats {
     uint64_t opened, stale, evicted, hits, exports, refused, refused_maps;
-    int cached;
+    uint64_t vmm_exports, vmm_opened; /* of the above, vmm descriptors */
+    int cached, busy; /* mappings kept; of them, in use (between map and release) */
 } rk_ipc_stats_t;
 RK_MPI_HIDDEN void rk_ipc_stats(rk_ipc_stats_t *s);
 

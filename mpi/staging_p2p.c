@@ -540,7 +540,8 @@ static int advance_locked(req_t *r);
 
 /* Nonblocking IPC receives between their header and their answer: the
  * sender waits for the answer, so they advance wherever rings do (counted
- * in rk_stg_rings, so that MPI's progress engine calls us). Under eng. */
+ * in rk_stg_rings, so that MPI's progress engine calls us); and IPC sends
+ * until done, since the answer may ask them for the data. Under eng. */
 static req_t *ilist;
 
 static void ilist_add(req_t *r)
@@ -1085,6 +1086,8 @@ static int advance_locked(req_t *r)
         if (done)
             r->state = S_DONE;
     }
+    if (r->state == S_DONE && r->kind == K_SEND)
+        ilist_del(r); /* an IPC send (ipc_send_post) */
     return r->state == S_DONE;
 }
 
@@ -1267,6 +1270,16 @@ static int ipc_send_post(req_t *r, const void *buf, int dest, int wdest, int tag
                         &r->segs[0]);
     if (rc == MPI_SUCCESS)
         rc = isend_mode(&r->hdr, RK_STG_HDR_BYTES, MPI_BYTE, dest, tag, r->comm, mode, &r->first);
+    if (rc == MPI_SUCCESS) {
+        /* The answer may ask for the data (the receiver could not map our
+         * memory): the send must advance wherever rings do, not only when
+         * its owner waits for it. Else two ranks each in a blocking
+         * receive (MPI_Sendrecv in a ring, Isend then Recv) wait forever
+         * for data their peers post only in their own wait. */
+        pthread_mutex_lock(&eng);
+        ilist_add(r);
+        pthread_mutex_unlock(&eng);
+    }
     *rcp = rc;
     return 1;
 }

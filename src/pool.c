@@ -1463,6 +1463,31 @@ int rk_pool_is_live(rankmem_resource_t *mr, const void *ptr, size_t bytes)
     return live;
 }
 
+/* The live block holding ptr (an interior pointer too): a walk over every
+ * shard's live map, for export (not a hot path). 1 and its start and
+ * requested bytes, or 0. */
+int rk_pool_live_block(rankmem_resource_t *mr, const void *ptr, char **start_p, size_t *req_p)
+{
+    pool_t *p = (pool_t *)mr;
+    const char *q = ptr;
+    int found = 0;
+    for (int i = 0; i < NSHARDS && !found; i++) {
+        shard_t *sh = &p->shards[i];
+        rk_shard_lock(sh);
+        const rk_ptrmap_t *m = &sh->live_map;
+        for (size_t s = 0; m->slots && s <= m->mask && !found; s++) {
+            const blk_t *b = m->slots[s].value;
+            if (m->slots[s].key && q >= b->ptr && q < b->ptr + (b->req ? b->req : 1)) {
+                *start_p = b->ptr;
+                *req_p = b->req;
+                found = 1;
+            }
+        }
+        rk_shard_unlock(sh);
+    }
+    return found;
+}
+
 void rk_pool_backed_counters(rankmem_resource_t *mr, size_t *give_backs_p, size_t *given_bytes_p,
                              size_t *live_high_p)
 {

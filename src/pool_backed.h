@@ -51,6 +51,12 @@ RK_HIDDEN rankmem_status_t rk_pool_deallocate(rankmem_resource_t *pool, void *pt
 /* Whether ptr is a live block of the pool allocated with `bytes` bytes. */
 RK_HIDDEN int rk_pool_is_live(rankmem_resource_t *pool, const void *ptr, size_t bytes);
 
+/* The live block of the pool that holds ptr (its start or any byte
+ * inside): 1 with its start and the bytes asked for, else 0. Walks every
+ * live block: for export, not for hot paths. */
+RK_HIDDEN int rk_pool_live_block(rankmem_resource_t *pool, const void *ptr, char **start_p,
+                                 size_t *req_p);
+
 /* Counters of a backed pool: times it gave memory back, bytes given back. */
 RK_HIDDEN void rk_pool_backed_counters(rankmem_resource_t *pool, size_t *give_backs_p,
                                        size_t *given_bytes_p, size_t *live_high_p);

@@ -438,71 +438,77 @@ rankmem_status_t rankmem_vmm_inject_map_failure(rankmem_resource_t *mr, size_t n
 
 /* ---- export, import ---- */
 
-rankmem_status_t rankmem_vmm_export(rankmem_resource_t *mr, void *ptr, size_t bytes,
-                                    rankmem_vmm_export_t *export_p)
+rankmem_status_t rankmem_vmm_range(rankmem_resource_t *mr, void **base_p, size_t *bytes_p)
+{
+    if (!base_p || !bytes_p)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_vmm_range: NULL output");
+    vmm_t *v = vmm_of(mr, "rankmem_vmm_range");
+    if (!v)
+        return RANKMEM_ERR_INVALID_ARGUMENT;
+    /* Fixed at creation: no lock needed. */
+    *base_p = rk_vmm_map_base(v->map);
+    *bytes_p = rk_vmm_map_reserved(v->map);
+    return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_vmm_export_ex(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                       unsigned flags, rankmem_vmm_export_t *export_p)
 {
     if (!export_p || !ptr || !bytes)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_vmm_export: NULL %s",
                         !export_p ? "output" : !ptr ? "pointer" : "size (0 bytes)");
+    if (flags & ~(RANKMEM_VMM_EXPORT_NO_FDS | RANKMEM_VMM_EXPORT_MAPPED))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_vmm_export: unknown flags %#x",
+                        flags);
     vmm_t *v = vmm_of(mr, "rankmem_vmm_export");
     if (!v)
         return RANKMEM_ERR_INVALID_ARGUMENT;
-    if (!rk_pool_is_live(zone_of(v, bytes), ptr, bytes))
-        return rk_error(RANKMEM_ERR_INVALID_POINTER,
-                        "rankmem_vmm_export: %p (%zu bytes) is not a live allocation of this vmm",
-                        ptr, bytes);
+    char *p = ptr;
+    if (!(flags & RANKMEM_VMM_EXPORT_MAPPED)) {
+        /* Inside one live block: its start and size, from either zone. */
+        char *start = NULL;
+        size_t req = 0;
+        int live = 0;
+        for (int z = 0; z < 2 && !live; z++)
+            live = rk_pool_live_block(v->zone[z], ptr, &start, &req);
+        if (!live || bytes > req - (size_t)(p - start))
+            return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                            "rankmem_vmm_export: [%p, +%zu) is not inside a live allocation of "
+                            "this vmm%s",
+                            ptr, bytes, live ? " (it runs past the allocation's end)" : "");
+    }
     rankmem_vmm_export_t e;
     memset(&e, 0, sizeof e);
-    pthread_mutex_lock(&v->map_lock);
-    size_t g = rk_vmm_map_granule(v->map);
-    uintptr_t base = (uintptr_t)rk_vmm_map_base(v->map);
-    uintptr_t first = ((uintptr_t)ptr - base) & ~(uintptr_t)(g - 1);
-    uintptr_t end = rk_align_up((uintptr_t)ptr - base + bytes, g);
     e.backend = rk_vmm_map_backend(v->map) == RK_VMM_HOST ? RANKMEM_VMM_BACKEND_HOST
                                                            : RANKMEM_VMM_BACKEND_DEVICE;
     e.device = v->base.device;
-    e.granule = g;
-    e.count = (size_t)(end - first) / g;
-    e.offset = (size_t)((uintptr_t)ptr - base - first);
     e.bytes = bytes;
-    e.fds = malloc(e.count * sizeof *e.fds);
-    e.fd_offsets = malloc(e.count * sizeof *e.fd_offsets);
-    rankmem_status_t st = RANKMEM_SUCCESS;
-    if (!e.fds || !e.fd_offsets)
-        st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_vmm_export: no host memory");
-    else {
-        uint64_t *offs = malloc(e.count * sizeof *offs);
-        if (!offs)
-            st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_vmm_export: no host memory");
-        else {
-            st = rk_vmm_map_export(v->map, (char *)(base + first), (size_t)(end - first), e.fds,
-                                   offs, e.count);
-            for (size_t i = 0; st == RANKMEM_SUCCESS && i < e.count; i++)
-                e.fd_offsets[i] = offs[i];
-            free(offs);
-        }
-    }
+    pthread_mutex_lock(&v->map_lock);
+    e.granule = rk_vmm_map_granule(v->map);
+    rankmem_status_t st = rk_vmm_map_export(v->map, p, bytes, !(flags & RANKMEM_VMM_EXPORT_NO_FDS),
+                                            &e.handles, &e.count, &e.offset);
     pthread_mutex_unlock(&v->map_lock);
-    if (st != RANKMEM_SUCCESS) {
-        free(e.fds);
-        free(e.fd_offsets);
+    if (st != RANKMEM_SUCCESS)
         return st;
-    }
     *export_p = e;
     return RANKMEM_SUCCESS;
+}
+
+rankmem_status_t rankmem_vmm_export(rankmem_resource_t *mr, void *ptr, size_t bytes,
+                                    rankmem_vmm_export_t *export_p)
+{
+    return rankmem_vmm_export_ex(mr, ptr, bytes, 0, export_p);
 }
 
 rankmem_status_t rankmem_vmm_export_close(rankmem_vmm_export_t *e)
 {
     if (!e)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_vmm_export_close: NULL export");
-    for (size_t i = 0; e->fds && i < e->count; i++)
-        if (e->fds[i] >= 0)
-            close(e->fds[i]);
-    free(e->fds);
-    free(e->fd_offsets);
-    e->fds = NULL;
-    e->fd_offsets = NULL;
+    for (size_t i = 0; e->handles && i < e->count; i++)
+        if (e->handles[i].fd >= 0)
+            close(e->handles[i].fd);
+    free(e->handles);
+    e->handles = NULL;
     e->count = 0;
     return RANKMEM_SUCCESS;
 }
@@ -510,7 +516,8 @@ rankmem_status_t rankmem_vmm_export_close(rankmem_vmm_export_t *e)
 struct rankmem_vmm_import {
     rk_vmm_backend_t backend;
     char *base;
-    size_t granule, count;
+    size_t count;
+    size_t *sizes;
 };
 
 rankmem_status_t rankmem_vmm_import(const rankmem_vmm_export_t *e, void **ptr_p,
@@ -519,44 +526,50 @@ rankmem_status_t rankmem_vmm_import(const rankmem_vmm_export_t *e, void **ptr_p,
     if (!e || !ptr_p || !import_p)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_vmm_import: NULL %s",
                         !e ? "export" : "output");
-    if (!e->count || !e->fds || !e->fd_offsets || !rk_is_pow2(e->granule) ||
-        e->granule < 4096 || e->count > SIZE_MAX / e->granule ||
-        e->offset >= e->granule || !e->bytes || e->offset + e->bytes > e->count * e->granule ||
-        (e->backend != RANKMEM_VMM_BACKEND_DEVICE && e->backend != RANKMEM_VMM_BACKEND_HOST))
-        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
-                        "rankmem_vmm_import: not an export (granule %zu, %zu descriptors, "
-                        "offset %zu, %zu bytes)",
-                        e->granule, e->count, e->offset, e->bytes);
-    for (size_t i = 0; i < e->count; i++)
-        if (e->fds[i] < 0 || e->fd_offsets[i] % e->granule)
+    size_t total = 0;
+    int bad = !e->count || !e->handles || !rk_is_pow2(e->granule) || e->granule < 4096 ||
+              !e->bytes || e->count > SIZE_MAX / sizeof(size_t) ||
+              (e->backend != RANKMEM_VMM_BACKEND_DEVICE && e->backend != RANKMEM_VMM_BACKEND_HOST);
+    for (size_t i = 0; !bad && i < e->count; i++) {
+        const rankmem_vmm_handle_t *h = &e->handles[i];
+        if (h->fd < 0 || !h->bytes || h->bytes % e->granule || h->fd_offset % e->granule ||
+            h->bytes > SIZE_MAX - total)
             return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
-                            "rankmem_vmm_import: descriptor %zu is %d at offset %llu", i,
-                            e->fds[i], e->fd_offsets[i]);
+                            "rankmem_vmm_import: handle %zu is descriptor %d of %zu bytes at "
+                            "offset %llu (granule %zu)",
+                            i, h->fd, h->bytes, h->fd_offset, e->granule);
+        total += h->bytes;
+    }
+    if (bad || e->offset >= e->handles[0].bytes || e->bytes > total - e->offset)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "rankmem_vmm_import: not an export (granule %zu, %zu handles, offset "
+                        "%zu, %zu bytes)",
+                        e->granule, e->count, e->offset, e->bytes);
     rankmem_vmm_import_t *im = calloc(1, sizeof *im);
-    uint64_t *offs = malloc(e->count * sizeof *offs);
-    if (!im || !offs) {
+    size_t *sizes = malloc(e->count * sizeof *sizes);
+    if (!im || !sizes) {
         free(im);
-        free(offs);
+        free(sizes);
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "rankmem_vmm_import: no host memory");
     }
     for (size_t i = 0; i < e->count; i++)
-        offs[i] = e->fd_offsets[i];
+        sizes[i] = e->handles[i].bytes;
     im->backend = e->backend == RANKMEM_VMM_BACKEND_HOST ? RK_VMM_HOST : device_backend();
-    im->granule = e->granule;
     im->count = e->count;
+    im->sizes = sizes;
     int device = rk_gpu_current();
-    if (im->backend != RK_VMM_HOST && rk_gpu_count() > 0)
-        primary_context();
     if (im->backend != RK_VMM_HOST && rk_gpu_count() == 0) {
+        free(sizes);
         free(im);
-        free(offs);
         return rk_error(RANKMEM_ERR_NO_DEVICE, "rankmem_vmm_import: no GPU (%s)",
                         rk_gpu_absent_reason());
     }
+    if (im->backend != RK_VMM_HOST)
+        primary_context();
     rankmem_status_t st =
-        rk_vmm_import(im->backend, device, e->granule, e->count, e->fds, offs, &im->base);
-    free(offs);
+        rk_vmm_import(im->backend, device, e->granule, e->count, e->handles, &im->base);
     if (st != RANKMEM_SUCCESS) {
+        free(sizes);
         free(im);
         return st;
     }
@@ -569,7 +582,8 @@ rankmem_status_t rankmem_vmm_import_close(rankmem_vmm_import_t *im)
 {
     if (!im)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_vmm_import_close: NULL import");
-    rankmem_status_t st = rk_vmm_unimport(im->backend, im->base, im->granule, im->count);
+    rankmem_status_t st = rk_vmm_unimport(im->backend, im->base, im->sizes, im->count);
+    free(im->sizes);
     free(im);
     return st;
 }

@@ -43,6 +43,9 @@ struct rk_vmm_map {
     int hauto;
     uint32_t *ext_len; /* at an extent's first granule: its length; elsewhere 0 */
     size_t mapped, mapped_high, maximum;
+    /* Export ids at each exported extent's first granule (0: none yet),
+     * allocated at the first export; an unmapped extent loses its id. */
+    uint64_t *ids;
     int memfd;                 /* host */
     size_t fail_at, fail_count; /* host: the map call that fails (countdown), how many */
     rk_vmm_counters_t n;
@@ -284,6 +287,8 @@ static void unmap_ext(rk_vmm_map_t *m, size_t g)
     }
     if (m->ext_len)
         m->ext_len[g] = 0;
+    if (m->ids)
+        m->ids[g] = 0; /* export: a handle mapped here later is another */
 }
 
 static rankmem_status_t set_access(rk_vmm_map_t *m, char *ptr, size_t bytes)
@@ -555,6 +560,7 @@ void rk_vmm_map_destroy(rk_vmm_map_t *m)
     free(m->holes);
     free(m->handles);
     free(m->ext_len);
+    free(m->ids);
     free(m);
 }
 
@@ -766,82 +772,140 @@ int rk_vmm_map_fit(const rk_vmm_map_t *m, char **ptr_p, size_t *bytes_p, size_t 
 
 /* ---- export and import ---- */
 
-rankmem_status_t rk_vmm_map_export(rk_vmm_map_t *m, char *ptr, size_t bytes, int *fds,
-                                   uint64_t *offsets, size_t count)
+/* Export ids: one counter for the process, so that an id never names two
+ * handles, whichever map they belong to, and never comes back. */
+static uint64_t next_export_id;
+
+/* The first granule of the extent holding granule g, when g is mapped. */
+static int extent_at(const rk_vmm_map_t *m, size_t g, size_t *start_p)
 {
-    size_t g0 = (size_t)(ptr - m->base) / m->granule;
-    if (!m->exportable)
+    if (g >= m->frontier)
+        return 0;
+    for (size_t i = 0; i < m->nholes; i++)
+        if (g >= m->holes[i].start && g < m->holes[i].start + m->holes[i].count)
+            return 0;
+    size_t s = g;
+    if (m->ext_len) {
+        /* Granules after an extent's first have length 0: walk back. */
+        while (s > 0 && !m->ext_len[s])
+            s--;
+        if (!m->ext_len[s] || s + m->ext_len[s] <= g)
+            return 0;
+    }
+    *start_p = s;
+    return 1;
+}
+
+rankmem_status_t rk_vmm_map_export(rk_vmm_map_t *m, char *ptr, size_t bytes, int want_fds,
+                                   rankmem_vmm_handle_t **handles_p, size_t *count_p,
+                                   size_t *offset_p)
+{
+    if (ptr < m->base || !bytes || (size_t)(ptr - m->base) >= m->ngranules * m->granule ||
+        bytes > m->ngranules * m->granule - (size_t)(ptr - m->base))
+        return rk_error(RANKMEM_ERR_INVALID_POINTER, "vmm: [%p, +%zu) is not in the reserved range",
+                        (void *)ptr, bytes);
+    if (want_fds && !m->exportable)
         return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
                         "vmm: the device cannot export memory as POSIX file descriptors");
-    /* A handle is mapped whole (the offset of cuMemMap must be 0): export
-     * describes granules, so it needs one handle per granule. */
-    for (size_t g = g0; m->backend != RK_VMM_HOST && g < g0 + count; g++)
-        if (ext_of(m, g) != 1)
-            return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
-                            "vmm: export needs one handle per granule, and [%p, +%zu) lies in a "
-                            "handle of several: create the vmm with handle= equal to granule=",
-                            (void *)ptr, bytes);
-    size_t i = 0;
-    rankmem_status_t st = RANKMEM_SUCCESS;
-    for (; i < count; i++) {
-        size_t g = g0 + i;
-        if (m->backend == RK_VMM_HOST) {
-            fds[i] = fcntl(m->memfd, F_DUPFD_CLOEXEC, 0);
-            offsets[i] = (uint64_t)g * m->granule;
-            if (fds[i] < 0)
-                st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: dup of the memfd: %s", strerror(errno));
-        }
-#if HAVE_CUDA
-        else {
-            int fd = -1;
-            CUresult r = cu.export_h(&fd, (CUmemGenericAllocationHandle)m->handles[g],
-                                     CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
-            if (r != CUDA_SUCCESS)
-                st = cu_fail(r, "cuMemExportToShareableHandle", m->granule);
-            fds[i] = fd;
-            offsets[i] = 0;
-        }
-#elif HAVE_HIP
-        else {
-            int fd = -1;
-            hipError_t r = hipMemExportToShareableHandle(
-                &fd, (hipMemGenericAllocationHandle_t)(uintptr_t)m->handles[g],
-                hipMemHandleTypePosixFileDescriptor, 0);
-            if (r != hipSuccess)
-                st = hip_fail(r, "hipMemExportToShareableHandle", m->granule);
-            fds[i] = fd;
-            offsets[i] = 0;
-        }
-#endif
-        if (st != RANKMEM_SUCCESS)
-            break;
-        m->n.exports++;
+    size_t g0 = (size_t)(ptr - m->base) / m->granule;
+    size_t g1 = ((size_t)(ptr - m->base) + bytes - 1) / m->granule;
+    /* First pass: every granule mapped, and how many handles. */
+    size_t n = 0, s0 = 0;
+    for (size_t g = g0; g <= g1;) {
+        size_t s;
+        if (!extent_at(m, g, &s))
+            return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                            "vmm: [%p, +%zu) is not all mapped (granule %zu is not)", (void *)ptr,
+                            bytes, g);
+        if (!n)
+            s0 = s;
+        n++;
+        g = s + ext_of(m, s);
     }
-    if (st != RANKMEM_SUCCESS)
-        while (i > 0)
-            close(fds[--i]);
-    return st;
+    if (!m->ids && !(m->ids = calloc(m->ngranules, sizeof *m->ids)))
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: no host memory for export ids");
+    rankmem_vmm_handle_t *h = calloc(n, sizeof *h);
+    if (!h)
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: no host memory for %zu handles", n);
+    rankmem_status_t st = RANKMEM_SUCCESS;
+    size_t i = 0;
+    for (size_t s = s0; i < n && st == RANKMEM_SUCCESS; i++) {
+        size_t k = ext_of(m, s);
+        if (!m->ids[s])
+            m->ids[s] = __atomic_add_fetch(&next_export_id, 1, __ATOMIC_RELAXED);
+        h[i].id = m->ids[s];
+        h[i].address = (unsigned long long)(uintptr_t)(m->base + s * m->granule);
+        h[i].bytes = k * m->granule;
+        h[i].fd = -1;
+        if (m->backend == RK_VMM_HOST)
+            h[i].fd_offset = (unsigned long long)s * m->granule;
+        if (want_fds) {
+            if (m->backend == RK_VMM_HOST) {
+                h[i].fd = fcntl(m->memfd, F_DUPFD_CLOEXEC, 0);
+                if (h[i].fd < 0)
+                    st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: dup of the memfd: %s",
+                                  strerror(errno));
+            }
+#if HAVE_CUDA
+            else {
+                CUresult r = cu.export_h(&h[i].fd, (CUmemGenericAllocationHandle)m->handles[s],
+                                         CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR, 0);
+                if (r != CUDA_SUCCESS) {
+                    h[i].fd = -1;
+                    st = cu_fail(r, "cuMemExportToShareableHandle", h[i].bytes);
+                }
+            }
+#elif HAVE_HIP
+            else {
+                int fd = -1;
+                hipError_t r = hipMemExportToShareableHandle(
+                    &fd, (hipMemGenericAllocationHandle_t)(uintptr_t)m->handles[s],
+                    hipMemHandleTypePosixFileDescriptor, 0);
+                if (r != hipSuccess)
+                    st = hip_fail(r, "hipMemExportToShareableHandle", h[i].bytes);
+                h[i].fd = r == hipSuccess ? fd : -1;
+            }
+#endif
+            if (st == RANKMEM_SUCCESS)
+                m->n.exports++;
+        }
+        s += k;
+    }
+    if (st != RANKMEM_SUCCESS) {
+        for (size_t j = 0; j < n; j++)
+            if (h[j].fd >= 0)
+                close(h[j].fd);
+        free(h);
+        return st;
+    }
+    *handles_p = h;
+    *count_p = n;
+    *offset_p = (size_t)(ptr - m->base) - s0 * m->granule;
+    return RANKMEM_SUCCESS;
 }
 
 rankmem_status_t rk_vmm_import(rk_vmm_backend_t backend, int device, size_t granule,
-                               size_t count, const int *fds, const uint64_t *offsets,
-                               char **base_p)
+                               size_t count, const rankmem_vmm_handle_t *h, char **base_p)
 {
-    size_t bytes = granule * count;
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        bytes += h[i].bytes;
     if (backend == RK_VMM_HOST) {
+        (void)granule;
         void *p = mmap(NULL, bytes, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
         if (p == MAP_FAILED)
             return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "vmm: import: reserving %zu bytes: %s",
                             bytes, strerror(errno));
-        for (size_t i = 0; i < count; i++)
-            if (mmap((char *)p + i * granule, granule, PROT_READ | PROT_WRITE,
-                     MAP_SHARED | MAP_FIXED, fds[i], (off_t)offsets[i]) == MAP_FAILED) {
+        size_t at = 0;
+        for (size_t i = 0; i < count; at += h[i++].bytes)
+            if (mmap((char *)p + at, h[i].bytes, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED,
+                     h[i].fd, (off_t)h[i].fd_offset) == MAP_FAILED) {
                 int e = errno;
                 munmap(p, bytes);
                 return rk_error(e == EBADF ? RANKMEM_ERR_INVALID_ARGUMENT
                                            : RANKMEM_ERR_OUT_OF_MEMORY,
-                                "vmm: import: mapping fd %d at offset %llu: %s", fds[i],
-                                (unsigned long long)offsets[i], strerror(e));
+                                "vmm: import: mapping fd %d at offset %llu: %s", h[i].fd,
+                                h[i].fd_offset, strerror(e));
             }
         *base_p = p;
         return RANKMEM_SUCCESS;
@@ -850,23 +914,25 @@ rankmem_status_t rk_vmm_import(rk_vmm_backend_t backend, int device, size_t gran
     if (!rk_vmm_backend_available(backend, device, &why))
         return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "vmm: import: %s", why);
 #if HAVE_CUDA
+    /* Each handle is mapped whole at offset 0 (cuMemMap takes no other
+     * offset): the exporter's handle sizes tell the layout. */
     CUdeviceptr base = 0;
     CUresult r = cu.reserve(&base, bytes, granule, 0, 0);
     if (r != CUDA_SUCCESS)
         return cu_fail(r, "import: cuMemAddressReserve", bytes);
-    size_t i = 0;
+    size_t i = 0, at = 0;
     rankmem_status_t st = RANKMEM_SUCCESS;
-    for (; i < count; i++) {
-        CUmemGenericAllocationHandle h;
-        r = cu.import_h(&h, (void *)(uintptr_t)fds[i], CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
+    for (; i < count; at += h[i++].bytes) {
+        CUmemGenericAllocationHandle g;
+        r = cu.import_h(&g, (void *)(uintptr_t)h[i].fd, CU_MEM_HANDLE_TYPE_POSIX_FILE_DESCRIPTOR);
         if (r != CUDA_SUCCESS) {
-            st = cu_fail(r, "import: cuMemImportFromShareableHandle", granule);
+            st = cu_fail(r, "import: cuMemImportFromShareableHandle", h[i].bytes);
             break;
         }
-        r = cu.map(base + i * granule, granule, (size_t)offsets[i], h, 0);
-        cu.release(h); /* the mapping keeps the memory */
+        r = cu.map(base + at, h[i].bytes, 0, g, 0);
+        cu.release(g); /* the mapping keeps the memory */
         if (r != CUDA_SUCCESS) {
-            st = cu_fail(r, "import: cuMemMap", granule);
+            st = cu_fail(r, "import: cuMemMap", h[i].bytes);
             break;
         }
     }
@@ -875,7 +941,8 @@ rankmem_status_t rk_vmm_import(rk_vmm_backend_t backend, int device, size_t gran
     if (st != RANKMEM_SUCCESS) {
         while (i > 0) {
             i--;
-            cu.unmap(base + i * granule, granule);
+            at -= h[i].bytes;
+            cu.unmap(base + at, h[i].bytes);
         }
         cu.addr_free(base, bytes);
         return st;
@@ -887,20 +954,20 @@ rankmem_status_t rk_vmm_import(rk_vmm_backend_t backend, int device, size_t gran
     hipError_t r = hipMemAddressReserve(&base, bytes, granule, NULL, 0);
     if (r != hipSuccess)
         return hip_fail(r, "import: hipMemAddressReserve", bytes);
-    size_t i = 0;
+    size_t i = 0, at = 0;
     rankmem_status_t st = RANKMEM_SUCCESS;
-    for (; i < count; i++) {
-        hipMemGenericAllocationHandle_t h;
-        r = hipMemImportFromShareableHandle(&h, (void *)(intptr_t)fds[i],
+    for (; i < count; at += h[i++].bytes) {
+        hipMemGenericAllocationHandle_t g;
+        r = hipMemImportFromShareableHandle(&g, (void *)(intptr_t)h[i].fd,
                                             hipMemHandleTypePosixFileDescriptor);
         if (r != hipSuccess) {
-            st = hip_fail(r, "import: hipMemImportFromShareableHandle", granule);
+            st = hip_fail(r, "import: hipMemImportFromShareableHandle", h[i].bytes);
             break;
         }
-        r = hipMemMap((char *)base + i * granule, granule, (size_t)offsets[i], h, 0);
-        (void)hipMemRelease(h);
+        r = hipMemMap((char *)base + at, h[i].bytes, 0, g, 0);
+        (void)hipMemRelease(g);
         if (r != hipSuccess) {
-            st = hip_fail(r, "import: hipMemMap", granule);
+            st = hip_fail(r, "import: hipMemMap", h[i].bytes);
             break;
         }
     }
@@ -909,7 +976,8 @@ rankmem_status_t rk_vmm_import(rk_vmm_backend_t backend, int device, size_t gran
     if (st != RANKMEM_SUCCESS) {
         while (i > 0) {
             i--;
-            (void)hipMemUnmap((char *)base + i * granule, granule);
+            at -= h[i].bytes;
+            (void)hipMemUnmap((char *)base + at, h[i].bytes);
         }
         (void)hipMemAddressFree(base, bytes);
         return st;
@@ -917,28 +985,29 @@ rankmem_status_t rk_vmm_import(rk_vmm_backend_t backend, int device, size_t gran
     *base_p = base;
     return RANKMEM_SUCCESS;
 #else
-    (void)fds;
-    (void)offsets;
+    (void)granule;
     return rk_error(RANKMEM_ERR_NOT_SUPPORTED, "vmm: import: no GPU runtime");
 #endif
 }
 
-rankmem_status_t rk_vmm_unimport(rk_vmm_backend_t backend, char *base, size_t granule,
+rankmem_status_t rk_vmm_unimport(rk_vmm_backend_t backend, char *base, const size_t *sizes,
                                  size_t count)
 {
-    size_t bytes = granule * count;
+    size_t bytes = 0;
+    for (size_t i = 0; i < count; i++)
+        bytes += sizes[i];
     if (backend == RK_VMM_HOST) {
         munmap(base, bytes);
         return RANKMEM_SUCCESS;
     }
 #if HAVE_CUDA
-    for (size_t i = 0; i < count; i++)
-        cu.unmap((CUdeviceptr)(uintptr_t)(base + i * granule), granule);
+    for (size_t i = 0, at = 0; i < count; at += sizes[i++])
+        cu.unmap((CUdeviceptr)(uintptr_t)(base + at), sizes[i]);
     CUresult r = cu.addr_free((CUdeviceptr)(uintptr_t)base, bytes);
     return r == CUDA_SUCCESS ? RANKMEM_SUCCESS : cu_fail(r, "cuMemAddressFree", bytes);
 #elif HAVE_HIP
-    for (size_t i = 0; i < count; i++)
-        (void)hipMemUnmap(base + i * granule, granule);
+    for (size_t i = 0, at = 0; i < count; at += sizes[i++])
+        (void)hipMemUnmap(base + at, sizes[i]);
     hipError_t r = hipMemAddressFree(base, bytes);
     return r == hipSuccess ? RANKMEM_SUCCESS : hip_fail(r, "hipMemAddressFree", bytes);
 #else

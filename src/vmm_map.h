@@ -78,18 +78,25 @@ RK_HIDDEN int rk_vmm_map_multi(const rk_vmm_map_t *map);
 RK_HIDDEN int rk_vmm_map_fit(const rk_vmm_map_t *map, char **ptr_p, size_t *bytes_p,
                              size_t want);
 
-/* Export the granules covering [ptr, ptr + bytes) (mapped): count fds (new,
- * the caller's to close) and the offset of each granule in its fd's object. */
+/* Describe the physical handles covering [ptr, ptr + bytes) (every granule
+ * mapped, else RANKMEM_ERR_INVALID_POINTER): *handles_p (count_p of them,
+ * allocated here) in address order, each with its export id (given at its
+ * first export, unique in the process, never reused: a handle unmapped
+ * and another mapped at the same place get different ids), and
+ * *offset_p, where ptr lies in the first. want_fds: each gets a new
+ * descriptor (the caller's to close); else fd -1. */
 RK_HIDDEN rankmem_status_t rk_vmm_map_export(rk_vmm_map_t *map, char *ptr, size_t bytes,
-                                             int *fds, uint64_t *offsets, size_t count);
+                                             int want_fds, rankmem_vmm_handle_t **handles_p,
+                                             size_t *count_p, size_t *offset_p);
 
-/* Importer side (no map needed): reserve count * granule bytes, map each
- * granule from its fd, make the range accessible from device. */
+/* Importer side (no map needed): reserve the handles' total, map each whole
+ * from its fd (at fd_offset in the host backend), one after another, make
+ * the range accessible from device. */
 RK_HIDDEN rankmem_status_t rk_vmm_import(rk_vmm_backend_t backend, int device, size_t granule,
-                                         size_t count, const int *fds, const uint64_t *offsets,
+                                         size_t count, const rankmem_vmm_handle_t *handles,
                                          char **base_p);
-RK_HIDDEN rankmem_status_t rk_vmm_unimport(rk_vmm_backend_t backend, char *base, size_t granule,
-                                           size_t count);
+RK_HIDDEN rankmem_status_t rk_vmm_unimport(rk_vmm_backend_t backend, char *base,
+                                           const size_t *sizes, size_t count);
 
 /* Whether a GPU backend can work here (driver found, VMM supported on the
  * device); on 0, *why_p says why. */

@@ -3,10 +3,12 @@
  *    and checks every block, sizes from 1 KiB to 48 MiB;
  *  - growth maps granules, freeing and growing past the budget gives them
  *    back (counted by rankmem_vmm_get_stats), trim gives back the rest;
- *  - export of a live block to another process: a child forked before any
- *    CUDA call receives the descriptors over a Unix socket (SCM_RIGHTS),
- *    maps them on its GPU, checks the parent's data with a kernel and
- *    writes its own, which the parent then checks.
+ *  - export of an interior range of a live block to another process, with
+ *    default handle sizes (also once grown past 1 GiB: handles of several
+ *    granules), handle=8MiB and one granule per handle: a child forked
+ *    before any CUDA call receives the handles' descriptors over a Unix
+ *    socket (SCM_RIGHTS), maps them on its GPU, checks the parent's data
+ *    with a kernel and writes its own, which the parent then checks.
  * Skips where there is no GPU. Run it under compute-sanitizer too
  * (docs/vmm.md). */
 #define _GNU_SOURCE
@@ -34,44 +36,61 @@
 #define PATTERN 0x5eed1234u
 #define PATTERN2 0x0badcafeu
 
-/* The child: one export, or a count of 0 (nothing to do). Replies: the
- * words of the parent's pattern it found wrong (8 bytes), then, once it has
- * written PATTERN2 and closed its mapping, a status (8 bytes, 0 = fine). */
+/* The child: exports one after another until a count of 0. Replies to
+ * each: the words of the parent's pattern it found wrong (8 bytes), then,
+ * once it has written PATTERN2 and closed its mapping, a status (8 bytes,
+ * 0 = fine). */
 static int child(int sock)
 {
-    rankmem_vmm_export_t e;
-    unsigned long long offs[64];
-    int fds[64];
-    if (read(sock, &e, sizeof e) != (ssize_t)sizeof e)
-        return 2;
-    if (e.count == 0)
-        return 0;
-    if (e.count > 64 ||
-        read(sock, offs, e.count * sizeof *offs) != (ssize_t)(e.count * sizeof *offs) ||
-        recv_fds(sock, fds, e.count) != 0)
-        return 3;
-    e.fds = fds;
-    e.fd_offsets = offs;
-    unsigned long long bad = ~0ull, status = 1;
-    void *p = NULL;
-    rankmem_vmm_import_t *im = NULL;
-    if (cudaSetDevice(e.device) == cudaSuccess &&
-        rankmem_vmm_import(&e, &p, &im) == RANKMEM_SUCCESS) {
-        if (rk_test_check(p, e.bytes / 4, PATTERN, NULL, &bad) != 0)
-            bad = ~0ull;
-        if (rk_test_fill(p, e.bytes / 4, PATTERN2, NULL) == 0 &&
-            cudaDeviceSynchronize() == cudaSuccess &&
-            rankmem_vmm_import_close(im) == RANKMEM_SUCCESS)
-            status = 0;
-    } else {
-        fprintf(stderr, "child: import: %s\n", rankmem_last_error());
+    for (;;) {
+        rankmem_vmm_export_t e;
+        rankmem_vmm_handle_t h[64];
+        int fds[64];
+        if (read(sock, &e, sizeof e) != (ssize_t)sizeof e)
+            return 2;
+        if (e.count == 0)
+            return 0;
+        if (e.count > 64 || read(sock, h, e.count * sizeof *h) != (ssize_t)(e.count * sizeof *h) ||
+            recv_fds(sock, fds, e.count) != 0)
+            return 3;
+        for (size_t i = 0; i < e.count; i++)
+            h[i].fd = fds[i]; /* this process's numbers */
+        e.handles = h;
+        unsigned long long bad = ~0ull, status = 1;
+        void *p = NULL;
+        rankmem_vmm_import_t *im = NULL;
+        if (cudaSetDevice(e.device) == cudaSuccess &&
+            rankmem_vmm_import(&e, &p, &im) == RANKMEM_SUCCESS) {
+            if (rk_test_check(p, e.bytes / 4, PATTERN, NULL, &bad) != 0)
+                bad = ~0ull;
+            if (rk_test_fill(p, e.bytes / 4, PATTERN2, NULL) == 0 &&
+                cudaDeviceSynchronize() == cudaSuccess &&
+                rankmem_vmm_import_close(im) == RANKMEM_SUCCESS)
+                status = 0;
+        } else {
+            fprintf(stderr, "child: import: %s\n", rankmem_last_error());
+        }
+        for (size_t i = 0; i < e.count; i++)
+            close(fds[i]);
+        if (write(sock, &bad, sizeof bad) != (ssize_t)sizeof bad ||
+            write(sock, &status, sizeof status) != (ssize_t)sizeof status)
+            return 4;
     }
-    for (size_t i = 0; i < e.count; i++)
-        close(fds[i]);
-    if (write(sock, &bad, sizeof bad) != (ssize_t)sizeof bad ||
-        write(sock, &status, sizeof status) != (ssize_t)sizeof status)
-        return 4;
-    return 0;
+}
+
+static int send_export(int sock, const rankmem_vmm_export_t *e)
+{
+    int fds[64];
+    if (e->count > 64)
+        return -1;
+    for (size_t i = 0; i < e->count; i++)
+        fds[i] = e->handles[i].fd;
+    return write(sock, e, sizeof *e) == (ssize_t)sizeof *e &&
+                   write(sock, e->handles, e->count * sizeof *e->handles) ==
+                       (ssize_t)(e->count * sizeof *e->handles) &&
+                   send_fds(sock, fds, e->count) == 0
+               ? 0
+               : -1;
 }
 
 static rankmem_vmm_stats_t vstats(rankmem_resource_t *mr)
@@ -179,54 +198,70 @@ static void test_give_back(void)
     is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "release");
 }
 
-static void test_export(int sock)
+/* Export an interior range of a live block of a vmm built from spec, after
+ * a warm-up allocation of warm bytes (default handle sizes grow with what
+ * is mapped: the block then lies in handles of several granules). */
+static void test_export(int sock, const char *spec, size_t warm)
 {
     rankmem_resource_t *mr = NULL;
-    rankmem_vmm_export_t none;
-    memset(&none, 0, sizeof none);
-    is_status(rankmem_vmm_create(NULL, &mr), RANKMEM_SUCCESS, "export: vmm_create");
-    if (!mr) {
-        (void)!write(sock, &none, sizeof none);
+    is_status(rankmem_resource_from_spec(spec, &mr), RANKMEM_SUCCESS, "export %s: created", spec);
+    if (!mr)
         return;
-    }
-    void *pad = NULL, *b = NULL;
-    size_t n = 5 * MiB + 4096;
+    void *w = NULL, *pad = NULL, *b = NULL;
+    size_t n = 40 * MiB + 4096;
+    if (warm)
+        rankmem_allocate(mr, warm, 0, &w);
     rankmem_allocate(mr, 3 * MiB + 512, 0, &pad); /* b starts inside a granule */
     rankmem_allocate(mr, n, 0, &b);
-    int wrote = b && rk_test_fill(b, n / 4, PATTERN, NULL) == 0 &&
+    int wrote = b && rk_test_fill(b, n / 4, PATTERN ^ 1, NULL) == 0 &&
                 cudaDeviceSynchronize() == cudaSuccess;
-    ok(wrote, "export: a %zu-byte block written", n);
+    /* The range: from 1 MiB + 4 into the block, 30 MiB. */
+    char *r = b ? (char *)b + MiB + 4 : NULL;
+    size_t rn = 30 * MiB;
+    wrote = wrote && rk_test_fill(r, rn / 4, PATTERN, NULL) == 0 &&
+            cudaDeviceSynchronize() == cudaSuccess;
+    ok(wrote, "export %s: a %zu-byte block written", spec, n);
     rankmem_vmm_export_t e;
     memset(&e, 0, sizeof e);
-    rankmem_status_t st = b ? rankmem_vmm_export(mr, b, n, &e) : RANKMEM_ERR_OUT_OF_MEMORY;
+    rankmem_status_t st = r ? rankmem_vmm_export(mr, r, rn, &e) : RANKMEM_ERR_OUT_OF_MEMORY;
     if (st == RANKMEM_ERR_NOT_SUPPORTED) {
-        tap_skip(4, "this device cannot export POSIX file descriptors");
-        (void)!write(sock, &none, sizeof none);
+        tap_skip(5, "this device cannot export POSIX file descriptors");
     } else {
-        is_status(st, RANKMEM_SUCCESS, "export: %zu descriptors", e.count);
-        int sent = st == RANKMEM_SUCCESS && write(sock, &e, sizeof e) == (ssize_t)sizeof e &&
-                   write(sock, e.fd_offsets, e.count * sizeof *e.fd_offsets) ==
-                       (ssize_t)(e.count * sizeof *e.fd_offsets) &&
-                   send_fds(sock, e.fds, e.count) == 0;
-        if (st != RANKMEM_SUCCESS)
-            (void)!write(sock, &none, sizeof none);
+        size_t multi = 0;
+        for (size_t i = 0; st == RANKMEM_SUCCESS && i < e.count; i++)
+            multi += e.handles[i].bytes > e.granule;
+        is_status(st, RANKMEM_SUCCESS, "export %s: an interior range of %zu bytes in %zu handles "
+                                       "(%zu of several granules)",
+                  spec, rn, e.count, multi);
+        if (warm || strstr(spec, "handle="))
+            ok(multi > 0, "export %s: handles of several granules are exported whole", spec);
+        else
+            ok(st == RANKMEM_SUCCESS && e.count >= 1, "export %s: handles described", spec);
+        int sent = st == RANKMEM_SUCCESS && send_export(sock, &e) == 0;
         unsigned long long bad = ~0ull, status = ~0ull;
         if (sent) {
             (void)!read(sock, &bad, sizeof bad);
             (void)!read(sock, &status, sizeof status);
         }
-        ok(sent && bad == 0, "export: the other process read the data (%llu words wrong)", bad);
-        ok(sent && status == 0, "export: it wrote its own and closed its mapping");
-        unsigned long long bad2 = ~0ull;
-        rk_test_check(b, n / 4, PATTERN2, NULL, &bad2);
-        ok(bad2 == 0, "export: its writes are seen here (%llu words wrong)", bad2);
+        ok(sent && bad == 0, "export %s: the other process read the range (%llu words wrong)",
+           spec, bad);
+        ok(sent && status == 0, "export %s: it wrote its own and closed its mapping", spec);
+        unsigned long long bad2 = ~0ull, bad3 = ~0ull;
+        rk_test_check(r, rn / 4, PATTERN2, NULL, &bad2);
+        rk_test_check(b, MiB / 4, PATTERN ^ 1, NULL, &bad3);
+        ok(bad2 == 0 && bad3 == 0,
+           "export %s: its writes are seen here, the rest of the block untouched (%llu, %llu "
+           "words wrong)",
+           spec, bad2, bad3);
         rankmem_vmm_export_close(&e);
     }
     if (b)
         rankmem_deallocate(mr, b, n, 0);
     if (pad)
         rankmem_deallocate(mr, pad, 3 * MiB + 512, 0);
-    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "export: release");
+    if (w)
+        rankmem_deallocate(mr, w, warm, 0);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "export %s: release", spec);
 }
 
 int main(void)
@@ -278,7 +313,13 @@ int main(void)
     test_spec("stats>vmm");
     test_spec("binning>vmm");
     test_give_back();
-    test_export(sv[0]);
+    test_export(sv[0], "vmm", 0);
+    test_export(sv[0], "vmm", (size_t)1 << 30); /* default handles, grown past 1 GiB */
+    test_export(sv[0], "vmm(handle=8MiB)", 0);
+    test_export(sv[0], "stats>vmm(granule=2MiB,handle=2MiB)", 0);
+    rankmem_vmm_export_t none;
+    memset(&none, 0, sizeof none);
+    (void)!write(sv[0], &none, sizeof none);
     int status = -1;
     waitpid(pid, &status, 0);
     close(sv[0]);

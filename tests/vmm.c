@@ -343,18 +343,35 @@ static void specs(void)
 
 /* ---- export to a forked process ---- */
 
+/* An export over a socket: the struct, its handles, then the descriptors. */
+static int send_export(int sock, const rankmem_vmm_export_t *e)
+{
+    int fds[64];
+    if (e->count > 64)
+        return -1;
+    for (size_t i = 0; i < e->count; i++)
+        fds[i] = e->handles[i].fd;
+    return write(sock, e, sizeof *e) == (ssize_t)sizeof *e &&
+                   write(sock, e->handles, e->count * sizeof *e->handles) ==
+                       (ssize_t)(e->count * sizeof *e->handles) &&
+                   send_fds(sock, fds, e->count) == 0
+               ? 0
+               : -1;
+}
+
 /* The child: receive the export, check the parent's bytes, write its own. */
 static int child(int sock)
 {
     rankmem_vmm_export_t e;
-    unsigned long long offs[64];
+    rankmem_vmm_handle_t h[64];
     int fds[64];
     if (read(sock, &e, sizeof e) != (ssize_t)sizeof e || e.count > 64 ||
-        read(sock, offs, e.count * sizeof *offs) != (ssize_t)(e.count * sizeof *offs) ||
+        read(sock, h, e.count * sizeof *h) != (ssize_t)(e.count * sizeof *h) ||
         recv_fds(sock, fds, e.count) != 0)
         return 2;
-    e.fds = fds;
-    e.fd_offsets = offs;
+    for (size_t i = 0; i < e.count; i++)
+        h[i].fd = fds[i]; /* this process's numbers */
+    e.handles = h;
     void *p = NULL;
     rankmem_vmm_import_t *im = NULL;
     if (rankmem_vmm_import(&e, &p, &im) != RANKMEM_SUCCESS)
@@ -371,6 +388,17 @@ static int child(int sock)
     return 0;
 }
 
+/* Import e here and compare with the exporter's bytes at ptr. */
+static int import_matches(const rankmem_vmm_export_t *e, const unsigned char *ptr)
+{
+    void *p = NULL;
+    rankmem_vmm_import_t *im = NULL;
+    if (rankmem_vmm_import(e, &p, &im) != RANKMEM_SUCCESS)
+        return 0;
+    int same = p != ptr && memcmp(p, ptr, e->bytes) == 0;
+    return rankmem_vmm_import_close(im) == RANKMEM_SUCCESS && same;
+}
+
 static void export_import(void)
 {
     rankmem_resource_t *mr = host_vmm(SIZE_MAX, 0);
@@ -379,12 +407,24 @@ static void export_import(void)
     unsigned char *b = get(mr, n);
     for (size_t i = 0; i < n; i++)
         b[i] = (unsigned char)(i * 7 + 1);
+    void *rb = NULL;
+    size_t rn = 0;
+    is_status(rankmem_vmm_range(mr, &rb, &rn), RANKMEM_SUCCESS, "range");
+    ok((char *)b >= (char *)rb && (char *)b + n <= (char *)rb + rn && rn == (size_t)1 << 30,
+       "range: the reservation holds the blocks (%zu bytes)", rn);
     rankmem_vmm_export_t e;
     memset(&e, 0, sizeof e);
     is_status(rankmem_vmm_export(mr, b, n, &e), RANKMEM_SUCCESS, "export");
-    ok(e.count == 4 && e.offset == (size_t)((uintptr_t)b % G) && e.bytes == n &&
-           e.granule == G && e.backend == RANKMEM_VMM_BACKEND_HOST,
-       "export: 4 granules, offset %zu", e.offset);
+    int layout = e.count == 4 && e.offset == (size_t)((uintptr_t)b % G) && e.bytes == n &&
+                 e.granule == G && e.backend == RANKMEM_VMM_BACKEND_HOST;
+    for (size_t i = 0; layout && i < e.count; i++) {
+        const rankmem_vmm_handle_t *h = &e.handles[i];
+        layout = h->fd >= 0 && h->bytes == G && h->id != 0 &&
+                 h->address == (uintptr_t)b - e.offset + i * G &&
+                 (i == 0 || (h->id != e.handles[0].id &&
+                             h->fd_offset == e.handles[i - 1].fd_offset + G));
+    }
+    ok(layout, "export: 4 handles of one granule, ids and addresses, offset %zu", e.offset);
     int sv[2];
     if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0)
         BAIL_OUT("socketpair: %s", strerror(errno));
@@ -395,11 +435,7 @@ static void export_import(void)
         _exit(child(sv[1]));
     }
     close(sv[1]);
-    int sent = write(sv[0], &e, sizeof e) == (ssize_t)sizeof e &&
-               write(sv[0], e.fd_offsets, e.count * sizeof *e.fd_offsets) ==
-                   (ssize_t)(e.count * sizeof *e.fd_offsets) &&
-               send_fds(sv[0], e.fds, e.count) == 0;
-    ok(sent, "export sent with SCM_RIGHTS");
+    ok(send_export(sv[0], &e) == 0, "export sent with SCM_RIGHTS");
     int status = -1;
     waitpid(pid, &status, 0);
     close(sv[0]);
@@ -410,8 +446,9 @@ static void export_import(void)
     for (size_t i = 0; i < n; i++)
         same += b[i] == 0x5a;
     ok(same == n, "the child's writes are seen here (shared memory)");
+    unsigned long long first_id = e.handles[0].id;
     is_status(rankmem_vmm_export_close(&e), RANKMEM_SUCCESS, "export_close");
-    ok(e.fds == NULL && e.count == 0, "export_close cleared the export");
+    ok(e.handles == NULL && e.count == 0, "export_close cleared the export");
 
     /* In this process too: import and read. */
     rankmem_vmm_export_t e2;
@@ -423,36 +460,153 @@ static void export_import(void)
     ok(p != pad && ((unsigned char *)p)[4999] == 0x33, "a second mapping of the same memory");
     is_status(rankmem_vmm_import_close(im), RANKMEM_SUCCESS, "import_close");
 
+    /* Interior pointers: any range inside the block. */
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(i * 13 + 5);
+    rankmem_vmm_export_t ei;
+    is_status(rankmem_vmm_export(mr, b + G + 100, 2 * G, &ei), RANKMEM_SUCCESS,
+              "export: an interior range");
+    ok(ei.count == 3 && ei.offset == (size_t)((uintptr_t)(b + G + 100) % G) &&
+           ei.handles[0].id == first_id + 1 && import_matches(&ei, b + G + 100),
+       "... its 3 handles (the same ids as before), mapped and read in this process");
+    rankmem_vmm_export_close(&ei);
+    is_status(rankmem_vmm_export(mr, b + n - 1, 1, &ei), RANKMEM_SUCCESS,
+              "export: the block's last byte");
+    ok(ei.count == 1 && import_matches(&ei, b + n - 1), "... one handle, read");
+    rankmem_vmm_export_close(&ei);
+
+    /* Flags: no descriptors; a range that is mapped but not one block. */
+    is_status(rankmem_vmm_export_ex(mr, pad, 5000 + 300, RANKMEM_VMM_EXPORT_NO_FDS, &ei),
+              RANKMEM_ERR_INVALID_POINTER, "export: a range over two blocks");
+    is_status(rankmem_vmm_export_ex(mr, pad, 5000 + 300,
+                                    RANKMEM_VMM_EXPORT_NO_FDS | RANKMEM_VMM_EXPORT_MAPPED, &ei),
+              RANKMEM_SUCCESS, "export: the same with MAPPED (mapped memory is enough)");
+    ok(ei.count >= 1 && ei.handles[0].fd == -1, "... NO_FDS: no descriptor (fd %d)",
+       ei.count ? ei.handles[0].fd : 0);
+    rankmem_vmm_export_close(&ei);
+    is_status(rankmem_vmm_export_ex(mr, (char *)rb + rn - G, 1, RANKMEM_VMM_EXPORT_MAPPED, &ei),
+              RANKMEM_ERR_INVALID_POINTER, "export MAPPED: memory never mapped is refused");
+
+    /* Ids are never reused: the handles given back and others mapped at
+     * the same addresses get new ones. */
+    unsigned long long old_last = 0;
+    rankmem_vmm_export(mr, b, n, &ei);
+    old_last = ei.handles[ei.count - 1].id;
+    rankmem_vmm_export_close(&ei);
+    rankmem_deallocate(mr, b, n, 0);
+    rankmem_resource_trim(mr, 0);
+    unsigned char *b2 = get(mr, n);
+    is_status(rankmem_vmm_export(mr, b2, n, &ei), RANKMEM_SUCCESS, "export after give-back");
+    ok(b2 == b && ei.count == 4 && ei.handles[0].id > old_last,
+       "a block at the same address in new handles: new ids (%llu after %llu)",
+       ei.count ? ei.handles[0].id : 0, old_last);
+    rankmem_vmm_export_close(&ei);
+    b = b2;
+
     /* Bad inputs. */
     rankmem_vmm_export_t x;
-    is_status(rankmem_vmm_export(mr, b + 256, n - 256, &x), RANKMEM_ERR_INVALID_POINTER,
-              "export: interior pointer");
+    rankmem_resource_t *sys = NULL;
+    rankmem_system_create(&sys);
     is_status(rankmem_vmm_export(mr, b, n + 1, &x), RANKMEM_ERR_INVALID_POINTER,
-              "export: wrong size");
+              "export: past the block's end");
+    is_status(rankmem_vmm_export(mr, b + 256, n, &x), RANKMEM_ERR_INVALID_POINTER,
+              "export: interior pointer, past the block's end");
+    is_status(rankmem_vmm_export(mr, (char *)rb + rn - G, 1, &x), RANKMEM_ERR_INVALID_POINTER,
+              "export: not a live block");
     is_status(rankmem_vmm_export(mr, NULL, n, &x), RANKMEM_ERR_INVALID_ARGUMENT, "export: NULL ptr");
+    is_status(rankmem_vmm_export(mr, b, 0, &x), RANKMEM_ERR_INVALID_ARGUMENT, "export: 0 bytes");
     is_status(rankmem_vmm_export(mr, b, n, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
               "export: NULL output");
     is_status(rankmem_vmm_export(NULL, b, n, &x), RANKMEM_ERR_INVALID_ARGUMENT,
               "export: NULL resource");
+    is_status(rankmem_vmm_export(sys, b, n, &x), RANKMEM_ERR_INVALID_ARGUMENT,
+              "export: no vmm in the chain");
+    is_status(rankmem_vmm_export_ex(mr, b, n, 8, &x), RANKMEM_ERR_INVALID_ARGUMENT,
+              "export: unknown flags");
+    is_status(rankmem_vmm_range(sys, &rb, &rn), RANKMEM_ERR_INVALID_ARGUMENT,
+              "range: no vmm in the chain");
+    is_status(rankmem_vmm_range(mr, NULL, &rn), RANKMEM_ERR_INVALID_ARGUMENT,
+              "range: NULL output");
+    rankmem_resource_release(sys);
     is_status(rankmem_vmm_export_close(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "export_close(NULL)");
     is_status(rankmem_vmm_import(NULL, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT, "import(NULL)");
+    is_status(rankmem_vmm_import(&e2, NULL, &im), RANKMEM_ERR_INVALID_ARGUMENT,
+              "import: NULL output");
     x = e2;
     x.granule = 3000;
     is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT,
               "import: bad granule");
     x = e2;
-    x.offset = x.granule;
+    x.offset = x.handles[0].bytes;
     is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT, "import: bad offset");
     x = e2;
-    int badfd = -1;
-    x.fds = &badfd;
+    x.bytes = x.handles[0].bytes * x.count + 1;
+    is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT,
+              "import: more bytes than its handles");
+    x = e2;
+    x.count = 0;
+    is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT, "import: no handle");
+    x = e2;
+    x.handles = NULL;
+    is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT,
+              "import: NULL handles");
+    rankmem_vmm_handle_t hb = e2.handles[0];
+    x = e2;
+    x.count = 1;
+    x.handles = &hb;
+    hb.fd = -1;
     is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT,
               "import: bad descriptor");
+    hb = e2.handles[0];
+    hb.bytes = G + 1;
+    is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT,
+              "import: a handle's size not in granules");
+    hb = e2.handles[0];
+    hb.fd = 1000; /* not open */
+    is_status(rankmem_vmm_import(&x, &p, &im), RANKMEM_ERR_INVALID_ARGUMENT,
+              "import: a descriptor that is not open");
     is_status(rankmem_vmm_import_close(NULL), RANKMEM_ERR_INVALID_ARGUMENT, "import_close(NULL)");
     rankmem_vmm_export_close(&e2);
     rankmem_deallocate(mr, b, n, 0);
     rankmem_deallocate(mr, pad, 5000, 0);
     is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "release after export");
+}
+
+/* Handles of several granules: an export names them whole (the importer
+ * maps whole handles), with the range's offset in the first. */
+static void export_large_handles(void)
+{
+    rankmem_vmm_params_t prm;
+    rankmem_vmm_params_default(&prm);
+    prm.backend = RANKMEM_VMM_BACKEND_HOST;
+    prm.granule = G;
+    prm.handle = 4 * G;
+    prm.reserve = (size_t)1 << 30;
+    rankmem_resource_t *mr = NULL;
+    if (rankmem_vmm_create(&prm, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("rankmem_vmm_create: %s", rankmem_last_error());
+    size_t n = 10 * G; /* handles of 4, 4 and 2 granules */
+    unsigned char *b = get(mr, n);
+    for (size_t i = 0; i < n; i++)
+        b[i] = (unsigned char)(i * 3 + 11);
+    rankmem_vmm_export_t e;
+    is_status(rankmem_vmm_export(mr, b + 5 * G + 17, 10, &e), RANKMEM_SUCCESS,
+              "handle=4 granules: export 10 bytes inside the second handle");
+    ok(e.count == 1 && e.handles[0].bytes == 4 * G && e.offset == G + 17 &&
+           e.handles[0].address == (uintptr_t)b + 4 * G,
+       "... the whole handle (%zu bytes), the range at %zu in it", e.count ? e.handles[0].bytes : 0,
+       e.offset);
+    ok(import_matches(&e, b + 5 * G + 17), "... mapped and read here");
+    rankmem_vmm_export_close(&e);
+    is_status(rankmem_vmm_export(mr, b + 3 * G, 6 * G, &e), RANKMEM_SUCCESS,
+              "export across the three handles");
+    ok(e.count == 3 && e.handles[0].bytes == 4 * G && e.handles[1].bytes == 4 * G &&
+           e.handles[2].bytes == 2 * G && e.offset == 3 * G &&
+           import_matches(&e, b + 3 * G),
+       "... handles of 4, 4 and 2 granules, mapped one after another, read");
+    rankmem_vmm_export_close(&e);
+    rankmem_deallocate(mr, b, n, 0);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "release");
 }
 
 int main(void)
@@ -465,5 +619,6 @@ int main(void)
     maximum_and_failures();
     specs();
     export_import();
+    export_large_handles();
     return tap_done();
 }

@@ -102,8 +102,7 @@ typedef struct rankmem_vmm_params {
                        (a power of two of granules, at most 256 MiB), so the driver calls
                        stay few as the pool grows; host backend: one granule. A multiple
                        of the granule: growths are mapped in handles of up to that size.
-                       Handles go back only whole; on a GPU, export needs the block in
-                       handles of one granule (handle= equal to granule=) */
+                       Handles go back only whole; export describes whole handles */
 } rankmem_vmm_params_t;
 
 /* Default params: reserve 0 (automatic), maximum SIZE_MAX, release 0,
@@ -139,35 +138,71 @@ RANKMEM_API rankmem_status_t rankmem_vmm_get_stats(rankmem_resource_t *mr,
 RANKMEM_API rankmem_status_t rankmem_vmm_inject_map_failure(rankmem_resource_t *mr, size_t nth,
                                                             size_t count);
 
-/* A live vmm block exported to another process of the node: one POSIX file
- * descriptor per granule that the block touches, and where in the first
- * granule the block starts. The descriptors mean nothing in another process
- * until passed over a Unix socket (SCM_RIGHTS) or pidfd_getfd; the other
- * fields are plain values. */
+/* The virtual range reserved by the vmm of mr's chain: every block it
+ * serves lies in [*base_p, *base_p + *bytes_p). A cheap test of "is this
+ * pointer from that vmm" (the MPI plugin's IPC path uses it). */
+RANKMEM_API rankmem_status_t rankmem_vmm_range(rankmem_resource_t *mr, void **base_p,
+                                               size_t *bytes_p);
+
+/* One physical handle of an export. An importer maps handles whole (the
+ * driver maps a handle only from its start), so an export describes every
+ * handle that the range touches, whatever their sizes. */
+typedef struct rankmem_vmm_handle {
+    unsigned long long id;        /* unique in the exporting process and never reused: a
+                                     handle released and another mapped at the same
+                                     address have different ids (importers key caches on it) */
+    unsigned long long address;   /* where the handle is mapped in the exporter */
+    size_t bytes;                 /* its size (a multiple of the granule) */
+    unsigned long long fd_offset; /* where it starts in its descriptor's object (host
+                                     backend: in the pool's memfd; GPU: 0) */
+    int fd;                       /* the exporter's descriptor; -1 with
+                                     RANKMEM_VMM_EXPORT_NO_FDS */
+} rankmem_vmm_handle_t;
+
+/* Memory of a vmm exported to another process of the node: the physical
+ * handles that cover a range, one POSIX file descriptor each, and where
+ * the range starts in the first. The descriptors mean nothing in another
+ * process until passed over a Unix socket (SCM_RIGHTS) or pidfd_getfd; the
+ * other fields are plain values. */
 typedef struct rankmem_vmm_export {
-    int backend;           /* RANKMEM_VMM_BACKEND_* of the exporter */
-    int device;            /* the exporter's device */
-    size_t granule;        /* bytes per descriptor */
-    size_t count;          /* descriptors */
-    size_t offset;         /* the block's start in the first granule */
-    size_t bytes;          /* the block's size */
-    int *fds;              /* count descriptors (the exporter's) */
-    unsigned long long *fd_offsets; /* where each granule starts in its descriptor's object */
+    int backend;                   /* RANKMEM_VMM_BACKEND_* of the exporter */
+    int device;                    /* the exporter's device */
+    size_t granule;                /* the exporter's granule */
+    size_t count;                  /* handles */
+    size_t offset;                 /* the range's start in the first handle */
+    size_t bytes;                  /* the range's size */
+    rankmem_vmm_handle_t *handles; /* count, in address order */
 } rankmem_vmm_export_t;
 
-/* Export ptr, a live allocation of `bytes` bytes from the vmm of mr's chain.
- * Fills *export_p (arrays allocated here); release it with
+/* Export flags. */
+#define RANKMEM_VMM_EXPORT_NO_FDS 1u /* describe the handles, make no descriptor (fd -1) */
+/* The range need only be mapped memory of the vmm, not inside one live
+ * block: for a caller that knows the memory stays mapped meanwhile (a
+ * buffer it is using, a handle it was told of). Skips the walk over live
+ * blocks that the default check costs. */
+#define RANKMEM_VMM_EXPORT_MAPPED 2u
+
+/* Export [ptr, ptr + bytes), which must lie inside one live allocation of
+ * the vmm of mr's chain (its start or any interior pointer). Fills
+ * *export_p (arrays allocated here); release it with
  * rankmem_vmm_export_close. The importer may read what the allocating
- * stream has written once that stream has reached the point of export. */
+ * stream has written once that stream has reached the point of export.
+ * Finding an interior pointer's block walks the live blocks: not for hot
+ * paths (RANKMEM_VMM_EXPORT_MAPPED skips it). */
 RANKMEM_API rankmem_status_t rankmem_vmm_export(rankmem_resource_t *mr, void *ptr, size_t bytes,
                                                 rankmem_vmm_export_t *export_p);
+/* The same with RANKMEM_VMM_EXPORT_* flags (0: as rankmem_vmm_export). */
+RANKMEM_API rankmem_status_t rankmem_vmm_export_ex(rankmem_resource_t *mr, void *ptr,
+                                                   size_t bytes, unsigned flags,
+                                                   rankmem_vmm_export_t *export_p);
 /* Closes the descriptors of an export made here and frees its arrays. */
 RANKMEM_API rankmem_status_t rankmem_vmm_export_close(rankmem_vmm_export_t *export_p);
 
 typedef struct rankmem_vmm_import rankmem_vmm_import_t;
 /* Map an export received from another process (its fds replaced by this
- * process's descriptors, which stay the caller's) on the device current
- * now (the host backend: host memory). *ptr_p: the block. */
+ * process's descriptors, which stay the caller's: close them once this
+ * returns) on the device current now (the host backend: host memory):
+ * its handles whole, one after another. *ptr_p: the range's first byte. */
 RANKMEM_API rankmem_status_t rankmem_vmm_import(const rankmem_vmm_export_t *export_data,
                                                 void **ptr_p, rankmem_vmm_import_t **import_p);
 /* Unmap an import. The exporter may free the block only after every

@@ -12,8 +12,14 @@
  *       table, the pool running dry) runs on the CPU. --real: no fake region
  *       (for RANKMEM_STAGING=on without a GPU, and bad settings).
  *
- * Options: --host, --real, --max BYTES (largest message), --quick (fewer
- * sizes), --overhead (stg_fake: only the host fast path's cost). */
+ * --vmm: device buffers come from the rank's resource, a vmm pool
+ *       (RANKMEM_RESOURCE='stats>vmm', or vmm(backend=host) in stg_fake,
+ *       whose memory the test backend then takes for device memory), so
+ *       that messages between ranks go through the vmm descriptor and the
+ *       fd service (staging_ipc_fd.c); stg_fake checks the IPC counters.
+ *
+ * Options: --host, --real, --vmm, --max BYTES (largest message), --quick
+ * (fewer sizes), --overhead (stg_fake: only the host fast path's cost). */
 #define _GNU_SOURCE
 #include "config.h"
 
@@ -29,16 +35,21 @@
 #include "mtap.h"
 
 int ftruncate(int fd, off_t length); /* <unistd.h>, whose F_* names clash with ours */
+int close(int fd);
+
+#include <rankmem.h>
+#include <rankmem_mpi.h>
 
 #ifdef RKT_FAKE
 #include "staging_internal.h"
 #include "staging_ipc.h"
+#include "staging_ipc_fd.h"
 #elif HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif
 
 static int me, np, left, right;
-static int host_only, use_real;
+static int host_only, use_real, use_vmm;
 static size_t max_bytes = (size_t)64 << 20;
 static size_t chunk = (size_t)4 << 20;
 static int quick, overhead_only;
@@ -70,6 +81,41 @@ static int have_device(void)
 
 enum { HOST = 0, DEV = 1 };
 
+/* --vmm: device buffers from the rank's resource, remembered with their
+ * sizes (rankmem_deallocate wants them back). */
+static rankmem_resource_t *vres;
+static struct {
+    void *p;
+    size_t n;
+} vlive[64];
+
+static void *vmm_alloc(size_t n)
+{
+    void *p = NULL;
+    if (rankmem_allocate(vres, n, 0, &p) != RANKMEM_SUCCESS) {
+        fprintf(stderr, "rank %d: vmm allocation of %zu bytes: %s\n", me, n, rankmem_last_error());
+        abort();
+    }
+    for (size_t i = 0; i < sizeof vlive / sizeof vlive[0]; i++)
+        if (!vlive[i].p) {
+            vlive[i].p = p;
+            vlive[i].n = n;
+            return p;
+        }
+    fprintf(stderr, "too many live vmm buffers\n");
+    abort();
+}
+
+static void vmm_free(void *p)
+{
+    for (size_t i = 0; i < sizeof vlive / sizeof vlive[0]; i++)
+        if (vlive[i].p == p) {
+            rankmem_deallocate(vres, p, vlive[i].n, 0);
+            vlive[i].p = NULL;
+            return;
+        }
+}
+
 static void *xalloc(int kind, size_t n)
 {
     if (n == 0)
@@ -80,6 +126,8 @@ static void *xalloc(int kind, size_t n)
             abort();
         return p;
     }
+    if (use_vmm)
+        return vmm_alloc(n);
 #ifdef RKT_FAKE
     size_t a = (fused + 255) & ~(size_t)255;
     if (a + n > fsize) {
@@ -106,6 +154,10 @@ static void xfree(int kind, void *p)
         free(p);
         return;
     }
+    if (use_vmm) {
+        vmm_free(p);
+        return;
+    }
 #if !defined(RKT_FAKE) && HAVE_CUDA
     cudaFree(p);
 #else
@@ -113,9 +165,18 @@ static void xfree(int kind, void *p)
 #endif
 }
 
-/* Fake device memory is a bump region: start over between tests. */
+/* Fake device memory is a bump region: start over between tests. With
+ * --vmm: every buffer freed and the pool's memory given back, so that the
+ * next buffers (often at the same addresses) are new physical handles. */
 static void dev_reset(void)
 {
+    if (use_vmm) {
+        for (size_t i = 0; i < sizeof vlive / sizeof vlive[0]; i++)
+            if (vlive[i].p)
+                vmm_free(vlive[i].p);
+        rankmem_resource_trim(vres, 0);
+        return;
+    }
 #ifdef RKT_FAKE
     fused = 0;
 #endif
@@ -1291,6 +1352,123 @@ static void t_coll_ipc_fallback(size_t n)
     dev_reset();
 }
 
+#ifdef RKT_FAKE
+/* --vmm: one message from each even rank to the next odd one, both
+ * buffers interior pointers of vmm blocks that span several handles;
+ * what the receiver's IPC counters must show is said for each. */
+static int vmm_round(void *sbuf, void *rbuf, size_t n, int seed, int peer, int even,
+                     rk_ipc_stats_t *d)
+{
+    rk_ipc_stats_t s0, s1;
+    rk_ipc_stats(&s0);
+    int rc = MPI_SUCCESS;
+    long bad = -1;
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (peer >= 0 && even) {
+        fill(DEV, sbuf, n, seed);
+        rc = MPI_Send(sbuf, (int)n, MPI_BYTE, peer, 950, MPI_COMM_WORLD);
+    } else if (peer >= 0) {
+        set(DEV, rbuf, n, 0);
+        rc = MPI_Recv(rbuf, (int)n, MPI_BYTE, peer, 950, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+        bad = check(DEV, rbuf, n, seed, n, 0);
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    rk_ipc_stats(&s1);
+    d->opened = s1.opened - s0.opened;
+    d->hits = s1.hits - s0.hits;
+    d->stale = s1.stale - s0.stale;
+    d->refused_maps = s1.refused_maps - s0.refused_maps;
+    return rc == MPI_SUCCESS && bad < 0;
+}
+
+/* A check over the receivers (even ranks and a lone last rank pass). */
+static void vmm_ok(int good, int is_receiver, const char *what)
+{
+    int g = good || !is_receiver, all = 0;
+    MPI_Allreduce(&g, &all, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+    mok(all, "vmm: %s", what);
+}
+
+static void t_vmm(void)
+{
+    int even = me % 2 == 0, peer = even ? me + 1 : me - 1;
+    if (peer >= np)
+        peer = -1;
+    int recv = !even && peer >= 0;
+    dev_reset();
+    /* 3 MiB and a bit from 4 KiB + 12 into a block: several handles
+     * (granule= and handle= of the run's spec), interior pointers. */
+    size_t n = ((size_t)3 << 20) + 333, blk = n + 8192;
+    char *sblk = xalloc(DEV, blk), *rblk = xalloc(DEV, blk);
+    char *sbuf = sblk + 4096 + 12, *rbuf = rblk + 777;
+    rk_ipc_stats_t d;
+    int ok = vmm_round(sbuf, rbuf, n, 61, peer, even, &d);
+    vmm_ok(ok && d.opened == 1 && d.refused_maps == 0, recv,
+           "an interior range over several handles, into an interior pointer: mapped, right");
+    ok = vmm_round(sbuf, rbuf, n, 62, peer, even, &d);
+    vmm_ok(ok && d.opened == 0 && d.hits == 1, recv, "the same buffer again: a cache hit, right");
+    ok = vmm_round(sbuf + 65536, rbuf, n - 65536, 63, peer, even, &d);
+    vmm_ok(ok && d.opened == 0 && d.hits == 1, recv,
+           "a range inside the mapped run: a cache hit, right");
+    /* The sender's block freed, its memory given back, a new block (most
+     * often at the same address, in new handles): mapped afresh, and the
+     * new bytes read, never the old mapping's. */
+    xfree(DEV, sblk);
+    rankmem_resource_trim(vres, 0);
+    sblk = xalloc(DEV, blk);
+    sbuf = sblk + 4096 + 12;
+    ok = vmm_round(sbuf, rbuf, n, 64, peer, even, &d);
+    vmm_ok(ok && d.opened == 1 && d.stale >= 1, recv,
+           "the sender's block freed, given back and allocated again: mapped afresh (the old "
+           "mapping replaced), right");
+    /* The sender's fd service refuses (a new block, nothing cached): the
+     * receiver asks for the bytes, which come staged. */
+    xfree(DEV, sblk);
+    rankmem_resource_trim(vres, 0);
+    sblk = xalloc(DEV, blk);
+    sbuf = sblk + 4096 + 12;
+    if (even)
+        rk_ipc_fd_refuse(1);
+    ok = vmm_round(sbuf, rbuf, n, 65, peer, even, &d);
+    if (even)
+        rk_ipc_fd_refuse(0);
+    vmm_ok(ok && d.opened == 0 && d.refused_maps == 1, recv,
+           "the sender's fd service refusing: staged instead, right");
+    ok = vmm_round(sbuf, rbuf, n, 66, peer, even, &d);
+    vmm_ok(ok && d.opened == 1, recv, "... and served again: mapped, right");
+    dev_reset();
+
+    /* The fd service itself, asked by this rank for its own handles: a
+     * handle by address and id is served; a wrong id, or the id of a
+     * handle the pool gave back, is refused. */
+    char *b = xalloc(DEV, 100000);
+    rankmem_vmm_export_t e;
+    int good = rankmem_vmm_export_ex(vres, b, 100000,
+                                     RANKMEM_VMM_EXPORT_NO_FDS | RANKMEM_VMM_EXPORT_MAPPED,
+                                     &e) == RANKMEM_SUCCESS && e.count >= 1;
+    uint64_t addr = good ? e.handles[0].address : 0, id = good ? e.handles[0].id : 0;
+    uint64_t bytes = 0, off = 0, bad_id = id + 1000000;
+    int fd = -1;
+    char why[160];
+    if (good) {
+        good = rk_ipc_fd_fetch(me, 1, &addr, &id, &fd, &bytes, &off, why, sizeof why) == 0 &&
+               fd >= 0 && bytes == e.handles[0].bytes && off == e.handles[0].fd_offset;
+        if (fd >= 0)
+            close(fd);
+        rankmem_vmm_export_close(&e);
+    }
+    mok(good, "vmm: the fd service serves a handle by address and id");
+    fd = -1;
+    mok(rk_ipc_fd_fetch(me, 1, &addr, &bad_id, &fd, &bytes, &off, why, sizeof why) != 0 &&
+            fd == -1,
+        "vmm: ... and refuses a wrong id (%s)", why);
+    dev_reset(); /* b freed, the pool's memory given back */
+    fd = -1;
+    mok(rk_ipc_fd_fetch(me, 1, &addr, &id, &fd, &bytes, &off, why, sizeof why) != 0 && fd == -1,
+        "vmm: ... and the id of a handle given back (%s)", why);
+}
+#endif
+
 /* ---- the host fast path's cost (staging active, host buffers) ---- */
 
 static double ns_per(int *x, int wrapped, int recv, int iters)
@@ -1343,6 +1521,8 @@ int main(int argc, char **argv)
             use_real = 1;
         else if (!strcmp(argv[i], "--quick"))
             quick = 1;
+        else if (!strcmp(argv[i], "--vmm"))
+            use_vmm = 1;
         else if (!strcmp(argv[i], "--overhead"))
             overhead_only = 1;
         else if (!strcmp(argv[i], "--max") && i + 1 < argc)
@@ -1353,7 +1533,9 @@ int main(int argc, char **argv)
         /* A memory file, so that peers can map it (the IPC test backend);
          * RKT_FAKE_NO_MEMFD: private memory, which peers cannot map. */
         int fd = -1;
-        if (!getenv("RKT_FAKE_NO_MEMFD")) {
+        if (use_vmm)
+            fsize = (size_t)1 << 20; /* a stand-in until the vmm pool exists */
+        if (!getenv("RKT_FAKE_NO_MEMFD") && !use_vmm) {
             fd = memfd_create("rankmem-fake-device", MFD_CLOEXEC);
             if (fd < 0 || ftruncate(fd, (off_t)fsize) != 0)
                 return 1;
@@ -1366,6 +1548,12 @@ int main(int argc, char **argv)
         if (fd >= 0)
             rk_stg_fake_ipc(fd);
     }
+#endif
+#ifdef RKT_FAKE
+    /* RKT_FAKE_FD_REFUSE: the fd service refuses every handle (the node's
+     * probe at init fails: IPC off for the node, one line for the job). */
+    if (getenv("RKT_FAKE_FD_REFUSE"))
+        rk_ipc_fd_refuse(1);
 #endif
     MPI_Init(&argc, &argv);
 #ifdef RKT_FAKE
@@ -1384,6 +1572,22 @@ int main(int argc, char **argv)
 #endif
     MPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm_size(MPI_COMM_WORLD, &np);
+    if (use_vmm && !host_only && have_device()) {
+        /* The rank's resource must hold a vmm pool (RANKMEM_RESOURCE). */
+        vres = rankmem_mpi_resource();
+        void *vb = NULL;
+        size_t vn = 0;
+        if (!vres || rankmem_vmm_range(vres, &vb, &vn) != RANKMEM_SUCCESS) {
+            fprintf(stderr, "rank %d: --vmm: the rank's resource has no vmm pool (%s)\n", me,
+                    vres ? rankmem_last_error() : "no resource");
+            MPI_Abort(MPI_COMM_WORLD, 3);
+        }
+#ifdef RKT_FAKE
+        /* Its memory is the test backend's device memory from now on. */
+        rk_stg_fake_device(vb, vn);
+        fregion = vb;
+#endif
+    }
     left = (me + np - 1) % np;
     right = (me + 1) % np;
     const char *c = getenv("RANKMEM_STAGING_CHUNK");
@@ -1453,7 +1657,17 @@ int main(int argc, char **argv)
         t_free_cancel(kinds[a]);
     if (!host_only && np % 2 == 0) {
         t_progress(2 * chunk + 7 > max_bytes ? max_bytes : 2 * chunk + 7);
-        t_isend_barrier(5 * chunk + 3 > max_bytes ? max_bytes : 5 * chunk + 3);
+#ifdef RKT_FAKE
+        /* A refused mapping makes the receiver ask the sender for the
+         * data, which needs the sender's progress: inside MPI_Barrier only
+         * Open MPI's progress callback gives it (not MPICH). */
+        const char *mfail = getenv("RKT_FAKE_MAP_FAIL");
+        if (mfail && atoi(mfail) > 0 && !rk_stg_hooked)
+            mdiag("Isend across MPI_Barrier not tried: refused mappings need the sender's "
+                  "progress, which this MPI gives no hook for");
+        else
+#endif
+            t_isend_barrier(5 * chunk + 3 > max_bytes ? max_bytes : 5 * chunk + 3);
     }
     if (!host_only && max_bytes >= ((size_t)600 << 10))
         t_truncate();
@@ -1495,6 +1709,8 @@ int main(int argc, char **argv)
         t_coll_ipc_fallback(n);
     }
 #ifdef RKT_FAKE
+    if (use_vmm && !host_only && !(mf && atoi(mf) > 0) && rk_ipc_on)
+        t_vmm();
     uint64_t sb = 0, sm = 0, sns = 0;
     rk_mpi_staging_counters(&sb, &sm, &sns);
     mdiag("rank 0 staged %llu bytes in %llu calls, %.3f s", (unsigned long long)sb,
@@ -1506,6 +1722,37 @@ int main(int argc, char **argv)
         long r = (long)ist.refused_maps, all = 0;
         MPI_Allreduce(&r, &all, 1, MPI_LONG, MPI_SUM, MPI_COMM_WORLD);
         mok(all > 0, "refused mappings happened (%ld) and every message above still arrived", all);
+    }
+    if (use_vmm && !host_only && getenv("RKT_FAKE_FD_REFUSE")) {
+        mok(!rk_ipc_on, "vmm: the fd service refusing at init: IPC off, every message above "
+                        "staged and right");
+    } else if (use_vmm && !host_only) {
+        /* Not one message may have staged silently instead of mapping. */
+        rk_ipc_stats_t ist;
+        rk_ipc_stats(&ist);
+        long v[4] = {(long)ist.vmm_opened, (long)ist.vmm_exports,
+                     (long)(ist.opened - ist.vmm_opened), (long)ist.busy},
+             mn[4], mx[4];
+        MPI_Allreduce(v, mn, 4, MPI_LONG, MPI_MIN, MPI_COMM_WORLD);
+        MPI_Allreduce(v, mx, 4, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+        mdiag("vmm: rank 0 mapped %llu runs of peers' handles, %llu hits, %llu replaced, %llu "
+              "evicted, %llu refused; exported %llu",
+              (unsigned long long)ist.vmm_opened, (unsigned long long)ist.hits,
+              (unsigned long long)ist.stale, (unsigned long long)ist.evicted,
+              (unsigned long long)ist.refused_maps, (unsigned long long)ist.vmm_exports);
+        mok(rk_ipc_on && mn[0] > 0 && mn[1] > 0 && mx[2] == 0,
+            "vmm: IPC on, every rank mapped peers' vmm handles (min %ld) and described its own "
+            "(min %ld); no other kind of mapping (%ld)",
+            mn[0], mn[1], mx[2]);
+    }
+    if (rk_ipc_on) {
+        /* Every mapping taken was given back (a leaked reference keeps a
+         * peer's memory mapped for good). */
+        rk_ipc_stats_t ist;
+        rk_ipc_stats(&ist);
+        long b = ist.busy, bmax = 0;
+        MPI_Allreduce(&b, &bmax, 1, MPI_LONG, MPI_MAX, MPI_COMM_WORLD);
+        mok(bmax == 0, "IPC: no mapping left in use at the end (at most %ld on a rank)", bmax);
     }
 #endif
     MPI_Barrier(MPI_COMM_WORLD);
