@@ -277,7 +277,38 @@ static int vmm_expand(const rk_ipc_desc_t *d, vmm_list_t *l)
     return l->n && at - d->base == d->size ? 0 : -1;
 }
 
+static int describe(const void *buf, size_t n, rk_ipc_desc_t *d);
+
+/* The exporter's own earlier work on the buffer must be done before a peer
+ * touches it from another process: a cudaMemcpy from pageable memory
+ * returns before its DMA has landed, and a cudaMemset or kernel on the
+ * legacy default stream is asynchronous. Within this process the staging
+ * streams are ordered after such work (blocking streams); across processes
+ * nothing orders it (seen on an H200: a peer's Allreduce read an input that
+ * cudaMemcpy had just written, and got old values). An event recorded on a
+ * blocking stream waits for the legacy stream's work; wait for it. */
+static int fence(void)
+{
+#if HAVE_GPU
+    void *ev = NULL;
+    int r = rk_stg_copy(NULL, NULL, 0, RK_STG_D2H, &ev);
+    if (r == 0)
+        r = rk_stg_event_wait(ev);
+    rk_stg_event_put(ev);
+    return r;
+#else
+    return 0; /* no device work to wait for (the test backend's copies are done on return) */
+#endif
+}
+
 int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d)
+{
+    if (describe(buf, n, d) != 0)
+        return -1;
+    return fence();
+}
+
+static int describe(const void *buf, size_t n, rk_ipc_desc_t *d)
 {
     uint64_t base, size, id;
     if (!rk_ipc_on)
