@@ -45,17 +45,11 @@ static int child(int sock)
     for (;;) {
         rankmem_vmm_export_t e;
         rankmem_vmm_handle_t h[64];
-        int fds[64];
-        if (read(sock, &e, sizeof e) != (ssize_t)sizeof e)
-            return 2;
-        if (e.count == 0)
+        int got = recv_export(sock, &e, h);
+        if (got == 1)
             return 0;
-        if (e.count > 64 || read(sock, h, e.count * sizeof *h) != (ssize_t)(e.count * sizeof *h) ||
-            recv_fds(sock, fds, e.count) != 0)
+        if (got != 0)
             return 3;
-        for (size_t i = 0; i < e.count; i++)
-            h[i].fd = fds[i]; /* this process's numbers */
-        e.handles = h;
         unsigned long long bad = ~0ull, status = 1;
         void *p = NULL;
         rankmem_vmm_import_t *im = NULL;
@@ -71,26 +65,11 @@ static int child(int sock)
             fprintf(stderr, "child: import: %s\n", rankmem_last_error());
         }
         for (size_t i = 0; i < e.count; i++)
-            close(fds[i]);
+            close(h[i].fd);
         if (write(sock, &bad, sizeof bad) != (ssize_t)sizeof bad ||
             write(sock, &status, sizeof status) != (ssize_t)sizeof status)
             return 4;
     }
-}
-
-static int send_export(int sock, const rankmem_vmm_export_t *e)
-{
-    int fds[64];
-    if (e->count > 64)
-        return -1;
-    for (size_t i = 0; i < e->count; i++)
-        fds[i] = e->handles[i].fd;
-    return write(sock, e, sizeof *e) == (ssize_t)sizeof *e &&
-                   write(sock, e->handles, e->count * sizeof *e->handles) ==
-                       (ssize_t)(e->count * sizeof *e->handles) &&
-                   send_fds(sock, fds, e->count) == 0
-               ? 0
-               : -1;
 }
 
 static rankmem_vmm_stats_t vstats(rankmem_resource_t *mr)

@@ -15,31 +15,11 @@
 #include "tap.h"
 #include "fdpass.h"
 
-#define G ((size_t)64 << 10)
+#include "vmm_host.h"
 
 static rankmem_resource_t *host_vmm(size_t maximum, size_t release)
 {
-    rankmem_vmm_params_t prm;
-    rankmem_vmm_params_default(&prm);
-    prm.backend = RANKMEM_VMM_BACKEND_HOST;
-    prm.granule = G;
-    prm.reserve = (size_t)1 << 30;
-    prm.maximum = maximum;
-    prm.release = release;
-    rankmem_resource_t *mr = NULL;
-    if (rankmem_vmm_create(&prm, &mr) != RANKMEM_SUCCESS)
-        BAIL_OUT("rankmem_vmm_create: %s", rankmem_last_error());
-    return mr;
-}
-
-static rankmem_vmm_stats_t stats(rankmem_resource_t *mr)
-{
-    rankmem_vmm_stats_t s;
-    memset(&s, 0, sizeof s);
-    s.size = sizeof s;
-    if (rankmem_vmm_get_stats(mr, &s) != RANKMEM_SUCCESS)
-        BAIL_OUT("rankmem_vmm_get_stats: %s", rankmem_last_error());
-    return s;
+    return host_vmm_of(maximum, release, 0);
 }
 
 static size_t q(rankmem_resource_t *mr, rankmem_query_t what)
@@ -343,41 +323,19 @@ static void specs(void)
 
 /* ---- export to a forked process ---- */
 
-/* An export over a socket: the struct, its handles, then the descriptors. */
-static int send_export(int sock, const rankmem_vmm_export_t *e)
-{
-    int fds[64];
-    if (e->count > 64)
-        return -1;
-    for (size_t i = 0; i < e->count; i++)
-        fds[i] = e->handles[i].fd;
-    return write(sock, e, sizeof *e) == (ssize_t)sizeof *e &&
-                   write(sock, e->handles, e->count * sizeof *e->handles) ==
-                       (ssize_t)(e->count * sizeof *e->handles) &&
-                   send_fds(sock, fds, e->count) == 0
-               ? 0
-               : -1;
-}
-
 /* The child: receive the export, check the parent's bytes, write its own. */
 static int child(int sock)
 {
     rankmem_vmm_export_t e;
     rankmem_vmm_handle_t h[64];
-    int fds[64];
-    if (read(sock, &e, sizeof e) != (ssize_t)sizeof e || e.count > 64 ||
-        read(sock, h, e.count * sizeof *h) != (ssize_t)(e.count * sizeof *h) ||
-        recv_fds(sock, fds, e.count) != 0)
+    if (recv_export(sock, &e, h) != 0)
         return 2;
-    for (size_t i = 0; i < e.count; i++)
-        h[i].fd = fds[i]; /* this process's numbers */
-    e.handles = h;
     void *p = NULL;
     rankmem_vmm_import_t *im = NULL;
     if (rankmem_vmm_import(&e, &p, &im) != RANKMEM_SUCCESS)
         return 3;
     for (size_t i = 0; i < e.count; i++)
-        close(fds[i]);
+        close(h[i].fd);
     unsigned char *b = p;
     for (size_t i = 0; i < e.bytes; i++)
         if (b[i] != (unsigned char)(i * 7 + 1))

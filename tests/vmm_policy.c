@@ -16,32 +16,13 @@
 #include <rankmem.h>
 #include "tap.h"
 
-#define G ((size_t)64 << 10)
+#include "vmm_host.h"
+
 #define MiB ((size_t)1 << 20)
 
 static rankmem_resource_t *host_vmm(size_t handle, size_t release)
 {
-    rankmem_vmm_params_t prm;
-    rankmem_vmm_params_default(&prm);
-    prm.backend = RANKMEM_VMM_BACKEND_HOST;
-    prm.granule = G;
-    prm.reserve = (size_t)1 << 30;
-    prm.handle = handle;
-    prm.release = release;
-    rankmem_resource_t *mr = NULL;
-    if (rankmem_vmm_create(&prm, &mr) != RANKMEM_SUCCESS)
-        BAIL_OUT("rankmem_vmm_create: %s", rankmem_last_error());
-    return mr;
-}
-
-static rankmem_vmm_stats_t stats(rankmem_resource_t *mr)
-{
-    rankmem_vmm_stats_t s;
-    memset(&s, 0, sizeof s);
-    s.size = sizeof s;
-    if (rankmem_vmm_get_stats(mr, &s) != RANKMEM_SUCCESS)
-        BAIL_OUT("rankmem_vmm_get_stats: %s", rankmem_last_error());
-    return s;
+    return host_vmm_of(SIZE_MAX, release, handle);
 }
 
 static void *get(rankmem_resource_t *mr, size_t n)
