@@ -179,6 +179,7 @@ static void counted_by_stats(void)
     rk_mpi_timing_create(&u->base, &tm);
     rankmem_resource_release(&u->base);
     rankmem_stats_create(tm, &st);
+    rankmem_resource_release(tm); /* st holds it, as in the plugin */
     rankmem_stats_create(&u->base, &other);
     is_status(rk_mpi_timing_count_from(tm, other), RANKMEM_ERR_INVALID_ARGUMENT,
               "count_from: a stats adaptor that is not right above");
@@ -234,6 +235,7 @@ static void count_from_late(void)
     rk_mpi_timing_create(&u->base, &tm);
     rankmem_resource_release(&u->base);
     rankmem_stats_create(tm, &st);
+    rankmem_resource_release(tm); /* st holds it */
     void *p;
     rankmem_allocate(st, 64, 0, &p);
     is_status(rk_mpi_timing_count_from(tm, st), RANKMEM_ERR_INVALID_ARGUMENT,
