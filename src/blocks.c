@@ -68,7 +68,7 @@ unsigned rk_thread_slot_assign(void)
 rankmem_status_t rk_shards_new(size_t stride, void **shards_p)
 {
     void *shards = NULL;
-    if (posix_memalign(&shards, 64, RK_NSHARDS * stride) != 0)
+    if (posix_memalign(&shards, RK_SHARD_APART, RK_NSHARDS * stride) != 0)
         return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "no host memory for %d shards", RK_NSHARDS);
     memset(shards, 0, RK_NSHARDS * stride);
     for (unsigned i = 0; i < RK_NSHARDS; i++)

@@ -1,8 +1,10 @@
 /* blocks: the machinery that the sharded, stream-ordered suballocators
  * (pool, caching, vmm) share (internal).
  *
- *  - shards: RK_NSHARDS per resource, each one cache-line aligned with its
- *    own lock, stream lists, live map and descriptors. A thread works in the
+ *  - shards: RK_NSHARDS per resource, each 128-byte aligned with its own
+ *    lock, stream lists, live map and descriptors (x86 cores fetch lines in
+ *    aligned pairs, so shards one line apart still coupled the threads of
+ *    neighbouring slots). A thread works in the
  *    shard of its thread slot (its own while there are no more threads than
  *    shards). A resource's shard type begins with rk_shard_t; the array is
  *    walked with the resource's stride.
@@ -27,6 +29,9 @@
 #include <stdint.h>
 
 #define RK_NSHARDS 32 /* a power of two */
+/* Shards' alignment: an aligned pair of cache lines (the adjacent-line
+ * prefetcher moves both), so no two threads' shards share one. */
+#define RK_SHARD_APART 128
 
 /* The head of every stream's free list. */
 typedef struct rk_slist {
@@ -48,12 +53,12 @@ typedef struct rk_shard {
     void *spare; /* spare descriptors, linked through their first word */
     rk_slab_t *slabs;
     size_t used, used_high, live;
-} __attribute__((aligned(64))) rk_shard_t; /* one cache line apart: no false sharing */
+} __attribute__((aligned(RK_SHARD_APART))) rk_shard_t;
 
 /* ---- shards ---- */
 
-/* RK_NSHARDS zeroed shards of `stride` bytes (a multiple of 64 that begins
- * with rk_shard_t), locks ready. */
+/* RK_NSHARDS zeroed shards of `stride` bytes (the size of a type that
+ * begins with rk_shard_t, so a multiple of RK_SHARD_APART), locks ready. */
 RK_HIDDEN rankmem_status_t rk_shards_new(size_t stride, void **shards_p);
 /* Frees their lists (and events), descriptors and live maps, then the array
  * (NULL is fine). Device memory is the caller's business. */

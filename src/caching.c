@@ -105,7 +105,7 @@ typedef struct {
     size_t spare;          /* atomic: cap bytes in no shard's budget */
     size_t held, held_high; /* atomic: bytes held from the upstream (live + cached) */
     char pad2[64];
-    shard_t *shards;       /* NSHARDS, 64-byte aligned */
+    shard_t *shards;       /* NSHARDS, RK_SHARD_APART bytes apart */
 } caching_t;
 
 /* ---- bins ---- */

@@ -90,7 +90,7 @@ typedef struct {
     chunk_t *chunks;
     size_t nchunks, cap_chunks;
     size_t held, held_high;
-    shard_t *shards; /* NSHARDS, 64-byte aligned */
+    shard_t *shards; /* NSHARDS, RK_SHARD_APART bytes apart */
     /* Backed pools (pool_backed.h): no upstream, no chunks; under grow_lock. */
     const rk_pool_backing_t *backing;
     void *bctx;

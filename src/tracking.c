@@ -11,9 +11,7 @@
  * each thread of a benchmark reuses a few addresses, and with 16 threads
  * over 64 parts two threads' addresses often shared a part, whose lock
  * and map lines then moved between their cores on every call (59 M pairs/s
- * at 8 threads, 34 M at 16). Parts are 128 bytes apart beyond their
- * fields, so that the hardware's pairing of neighbouring lines does not
- * couple two threads' parts either. Records are allocated and backtraces
+ * at 8 threads, 34 M at 16). Records are allocated and backtraces
  * taken before the lock, and the upstream is called outside it. A free
  * the maps do not know (double free, foreign pointer) or with another size
  * than the allocation is refused before the upstream sees it: put
@@ -49,15 +47,9 @@ typedef struct {
 
 #define TRACKING_SLACK ((size_t)8 << 20) /* the peak's bound per thread: see stats.c */
 
-/* A part: the shard's fields (lock, live map, used = live bytes, live =
- * count), then at least a line of nothing before the next part. */
-typedef union {
-    rk_shard_t sh;
-    char room[(sizeof(rk_shard_t) + 64 + 127) / 128 * 128];
-} part_t;
-#define PART sizeof(part_t)
-_Static_assert(sizeof(rk_shard_t) + 64 <= sizeof(part_t) && sizeof(part_t) % 128 == 0,
-               "a free line between parts, parts a multiple of 128 bytes apart");
+/* A part is a shard (lock, live map, used = live bytes, live = count),
+ * RK_SHARD_APART bytes from the next. */
+#define PART sizeof(rk_shard_t)
 
 typedef struct {
     rankmem_resource_t base;
