@@ -198,6 +198,18 @@ RK_MPI_HIDDEN int rk_stg_next_id(void);
 /* Finish every staged request (finalize). */
 RK_MPI_HIDDEN void rk_stg_p2p_finalize(void);
 
+/* A user request over one of MPI's (a nonblocking collective, file or
+ * RMA call on host copies): the user gets a handle of ours; when inner
+ * completes, done(arg, st) runs once (copies results back to the device,
+ * gives the host copies back) and its return (MPI_SUCCESS or an error
+ * class) becomes the request's error. The status is inner's. Wait, Test,
+ * their array forms, Request_get_status, Request_free and Cancel all take
+ * it (staging_p2p.c). On failure inner is left to the caller and done is
+ * not called. */
+typedef int (*rk_stg_done_fn)(void *arg, MPI_Status *st);
+RK_MPI_HIDDEN int rk_stg_wrap(MPI_Request inner, MPI_Comm comm, rk_stg_done_fn done, void *arg,
+                              MPI_Request *user);
+
 /* ---- counters (staging.c) ---- */
 
 RK_MPI_HIDDEN void rk_stg_count(uint64_t bytes, uint64_t ns);

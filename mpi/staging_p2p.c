@@ -191,7 +191,7 @@ static int pending_now(void) { return atomic_load_explicit(&rk_stg_pending, memo
 
 /* ---- the request table ---- */
 
-enum { K_SEND = 1, K_RECV };
+enum { K_SEND = 1, K_RECV, K_WRAP };
 enum { S_FIRST = 1, S_SEGS, S_COPY, S_DONE, S_IPC, S_IPC_ACK, S_IPC_DATA };
 
 typedef struct req {
@@ -237,6 +237,8 @@ typedef struct req {
     rk_ipc_desc_t desc;
     void *mapped;
     int inl;                   /* in ilist */
+    rk_stg_done_fn done;       /* K_WRAP: runs once MPI's request (first) completed */
+    void *done_arg;
     int no_ipc;                /* a send whose data must be copied out at once */
     struct req *inext, *iprev; /* IPC receives with work left */
     struct {
@@ -656,6 +658,22 @@ static int req_publish(req_t *r, MPI_Request *user)
     return MPI_SUCCESS;
 }
 
+int rk_stg_wrap(MPI_Request inner, MPI_Comm comm, rk_stg_done_fn done, void *arg,
+                MPI_Request *user)
+{
+    req_t *r = req_new(K_WRAP, NULL, 0, MPI_DATATYPE_NULL, comm);
+    if (!r)
+        return MPI_ERR_NO_MEM;
+    r->first = inner;
+    r->done = done;
+    r->done_arg = arg;
+    r->state = S_SEGS;
+    int rc = req_publish(r, user);
+    if (rc != MPI_SUCCESS)
+        free(r);
+    return rc;
+}
+
 static void req_release(req_t *r)
 {
     for (int i = 0; i < r->nevs; i++)
@@ -1020,6 +1038,23 @@ static int ipc_send_data(req_t *r)
 /* Advance r as far as it goes now; 1 when done. Under eng. */
 static int advance_locked(req_t *r)
 {
+    if (r->kind == K_WRAP) {
+        if (r->state != S_DONE) {
+            int flag = 0;
+            if (PMPI_Test(&r->first, &flag, &r->st) != MPI_SUCCESS) {
+                r->err = MPI_ERR_OTHER;
+                flag = 1;
+            }
+            if (flag) {
+                int e = r->done ? r->done(r->done_arg, &r->st) : MPI_SUCCESS;
+                r->done = NULL;
+                if (r->err == MPI_SUCCESS)
+                    r->err = e;
+                r->state = S_DONE;
+            }
+        }
+        return r->state == S_DONE;
+    }
     if (r->state == S_FIRST) {
         int flag = 0;
         MPI_Status st;
@@ -1096,6 +1131,12 @@ static void fill_status(req_t *r, MPI_Status *status)
 {
     if (status == MPI_STATUS_IGNORE)
         return;
+    if (r->kind == K_WRAP) {
+        int err = status->MPI_ERROR;
+        *status = r->st;
+        status->MPI_ERROR = r->err != MPI_SUCCESS ? r->err : err;
+        return;
+    }
     if (r->kind == K_RECV) {
         *status = r->st;
         int c = 0;
