@@ -61,6 +61,7 @@ static int init_done;
 static int fake;              /* test backend */
 static char *fake_base;
 static size_t fake_bytes;
+static char *fake_alias; /* a second mapping of the region (guarded tests), or NULL */
 static size_t pool_bytes = (size_t)256 << 20; /* the option table's defaults */
 static size_t chunk_bytes = (size_t)4 << 20;
 static int stg_device = -1;  /* device the streams live on */
@@ -111,6 +112,18 @@ void rk_stg_fake_device(void *base, size_t bytes)
     fake = 1;
     fake_base = base;
     fake_bytes = bytes;
+}
+
+void rk_stg_fake_alias(void *alias) { fake_alias = alias; }
+
+/* The test backend's copies go through the alias when the region itself
+ * is inaccessible (PROT_NONE, as a device pointer is to the CPU). */
+static inline const void *fake_at(const void *p)
+{
+    uintptr_t a = (uintptr_t)p, b = (uintptr_t)fake_base;
+    if (fake_alias && a >= b && a - b < fake_bytes)
+        return fake_alias + (a - b);
+    return p;
 }
 
 int rk_stg_fake_region(char **base, size_t *bytes)
@@ -495,7 +508,7 @@ static int copy_on_stream(void *dst, const void *src, size_t n, int dir, void **
         *ev_p = NULL;
     if (fake) {
         if (n)
-            memcpy(dst, src, n);
+            memcpy((void *)fake_at(dst), fake_at(src), n);
         if (ev_p)
             *ev_p = &fake_event;
         return 0;
@@ -596,6 +609,58 @@ void rk_stg_event_put(void *ev)
 int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir)
 {
     return copy_on_stream(dst, src, n, dir, NULL, 1);
+}
+
+/* Rows of a strided copy above this pitch go one by one (the 2D copy's
+ * pitch has a device limit; a few rows cost little). */
+#define PITCH_MAX ((size_t)1 << 30)
+
+int rk_stg_copy2d(void *dst, const void *src, size_t pitch, size_t width, size_t height, int dir,
+                  void **ev_p)
+{
+    if (ev_p)
+        *ev_p = NULL;
+    if (height <= 1 || fake || pitch > PITCH_MAX || width == 0 || width > pitch) {
+        /* One row at a time (the test backend's copies translate addresses
+         * per copy); the last row's event covers the others: same stream. */
+        for (size_t i = 0; i < height; i++) {
+            void **e = i + 1 == height ? ev_p : NULL;
+            if (copy_on_stream((char *)dst + i * pitch, (const char *)src + i * pitch, width, dir,
+                               e, 0) != 0)
+                return -1;
+        }
+        return 0;
+    }
+#if HAVE_GPU
+    if (make_streams() != 0)
+        return -1;
+    int prev = -1;
+    if (stg_device >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != stg_device)
+        cudaSetDevice(stg_device);
+    else
+        prev = -1;
+    cudaStream_t st = streams[dir == RK_STG_D2H ? 0 : 1];
+    int rc = 0;
+    cudaError_t err =
+        cudaMemcpy2DAsync(dst, pitch, src, pitch, width, height, cudaMemcpyDefault, st);
+    if (err != cudaSuccess) {
+        rc = cu_fail("strided copy", err);
+    } else if (ev_p) {
+        cudaEvent_t ev = ev_get();
+        if (!ev)
+            rc = -1;
+        else if ((err = cudaEventRecord(ev, st)) != cudaSuccess)
+            rc = cu_fail("cudaEventRecord", err), rk_stg_event_put(ev);
+        else
+            *ev_p = ev;
+    }
+    if (prev >= 0)
+        cudaSetDevice(prev);
+    return rc;
+#else
+    rk_mpi_warn("staging: a device copy in a build without a GPU runtime");
+    return -1;
+#endif
 }
 
 /* ---- host memory: the pinned pool, a few cached big buffers, malloc ---- */

@@ -69,6 +69,8 @@ typedef struct {
     ptrdiff_t first, n;
     int input, dense, out;
     ptrdiff_t nout;
+    int np;                        /* v-arguments: np blocks, counts and displs (else NULL) */
+    const int *vcounts, *vdispls;
 } spec_t;
 
 typedef struct {
@@ -105,7 +107,9 @@ static void side_prep(ctx_t *c, side_t *s, const void *u, const spec_t *p)
     s->dev = 1;
     c->staged = 1;
     s->h = s->hb.ptr - s->L.lo;
-    if ((p->input || !p->dense || !s->L.contig) && s->L.span) {
+    /* Only what MPI reads comes from the device: what goes back is the
+     * described bytes alone (side_out), so the holes need no copy. */
+    if (p->input && s->L.span) {
         if (rk_stg_copy_sync(s->hb.ptr, (char *)u + s->L.lo, s->L.span, RK_STG_D2H) != 0)
             c->rc = MPI_ERR_OTHER;
         c->copied += s->L.span;
@@ -117,13 +121,18 @@ static void side_out(ctx_t *c, side_t *s, const spec_t *p)
 {
     if (!p->out || !s->dev || c->rc != MPI_SUCCESS)
         return;
-    rk_stg_layout_t o;
-    if (rk_stg_layout(p->dt, p->first, p->nout, &o) != MPI_SUCCESS || !o.span)
-        return;
-    if (rk_stg_copy_sync((char *)s->u + o.lo, s->hb.ptr + (o.lo - s->L.lo), o.span,
-                         RK_STG_H2D) != 0)
+    int bad = 0;
+    if (p->vcounts) {
+        /* Each rank's block: what lies between them is not the call's. */
+        for (int i = 0; i < p->np && !bad; i++)
+            if (p->vcounts[i] > 0)
+                bad = rk_stg_put_elems_sync(s->u, s->h, p->dt, p->vdispls[i], p->vcounts[i],
+                                            &s->L, &c->copied);
+    } else {
+        bad = rk_stg_put_elems_sync(s->u, s->h, p->dt, p->first, p->nout, &s->L, &c->copied);
+    }
+    if (bad)
         c->rc = MPI_ERR_OTHER;
-    c->copied += o.span;
 }
 
 static void side_put(side_t *s)
@@ -168,6 +177,9 @@ static spec_t vside(int sig, MPI_Datatype dt, int np, const int *counts, const i
     if (sig) {
         vrange(np, counts, displs, &p.first, &p.n, &p.dense);
         p.nout = p.n;
+        p.np = np;
+        p.vcounts = counts;
+        p.vdispls = displs;
     }
     return p;
 }

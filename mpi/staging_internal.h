@@ -152,6 +152,10 @@ RK_MPI_HIDDEN int rk_stg_event_wait(void *ev);
 RK_MPI_HIDDEN void rk_stg_event_put(void *ev);
 /* Copy and wait. 0 or -1. */
 RK_MPI_HIDDEN int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir);
+/* A strided copy: height rows of width bytes, pitch bytes apart on both
+ * sides (one 2D copy on the GPU), queued like rk_stg_copy. 0 or -1. */
+RK_MPI_HIDDEN int rk_stg_copy2d(void *dst, const void *src, size_t pitch, size_t width,
+                                size_t height, int dir, void **ev_p);
 /* Another rank of this node uses this rank's GPU (set at init by
  * staging_ipc.c). Then small host-to-device copies avoid the path on which
  * the GPU switches between the two processes' contexts (staging.c). */
@@ -215,12 +219,13 @@ RK_MPI_HIDDEN int rk_stg_wrap(MPI_Request inner, MPI_Comm comm, rk_stg_done_fn d
 RK_MPI_HIDDEN void rk_stg_count(uint64_t bytes, uint64_t ns);
 RK_MPI_HIDDEN uint64_t rk_stg_now(void);
 
-/* ---- datatypes (staging_p2p.c) ---- */
+/* ---- datatypes (staging_dtype.c) ---- */
 
 /* What staging needs to know of (count, datatype): bytes of data (size),
  * the region the data lies in relative to buf ([lo, lo + span): true
  * extent), and whether it is one contiguous run of size bytes starting at
- * buf (then lo == 0 and span == size). */
+ * element first's origin, in the order MPI packs it (then span == size,
+ * and lo == 0 when first is 0). */
 typedef struct rk_stg_layout {
     size_t tsize;  /* MPI_Type_size */
     size_t size;   /* count * tsize */
@@ -232,6 +237,19 @@ typedef struct rk_stg_layout {
  * 0, or an MPI error code. */
 RK_MPI_HIDDEN int rk_stg_layout(MPI_Datatype dt, ptrdiff_t first, ptrdiff_t n,
                                 rk_stg_layout_t *l);
+
+/* Copy elements [first, first + n) of dt from img, the host image of the
+ * device buffer dev (img + o stands for dev + o), back to dev: the bytes
+ * the datatype describes and nothing else (gaps are never written). L: the
+ * layout of the whole receive (its contig says one run). Queued on the
+ * host-to-device stream, *ev_p an event after it (NULL: none needed); the
+ * _sync form waits. Adds the bytes to *copied. 0 or -1 (message printed). */
+RK_MPI_HIDDEN int rk_stg_put_elems(void *dev, const void *img, MPI_Datatype dt, ptrdiff_t first,
+                                   ptrdiff_t n, const rk_stg_layout_t *L, void **ev_p,
+                                   size_t *copied);
+RK_MPI_HIDDEN int rk_stg_put_elems_sync(void *dev, const void *img, MPI_Datatype dt,
+                                        ptrdiff_t first, ptrdiff_t n, const rk_stg_layout_t *L,
+                                        size_t *copied);
 
 /* Is a host receive of count x dt large enough that a header may arrive? */
 static inline int rk_stg_big_recv(int count, MPI_Datatype dt)
@@ -247,6 +265,11 @@ static inline int rk_stg_big_recv(int count, MPI_Datatype dt)
 /* The test backend (tests/mpi_staging): a host region that detection calls
  * device, and memcpy for copies. Before MPI_Init. */
 RK_MPI_HIDDEN void rk_stg_fake_device(void *base, size_t bytes);
+/* A read/write second mapping of that region (the same memory file): the
+ * test backend's copies go through it, so that the region's own addresses
+ * may be PROT_NONE and any direct access by MPI or the plugin faults.
+ * NULL (the default): copies use the region's addresses. */
+RK_MPI_HIDDEN void rk_stg_fake_alias(void *alias);
 /* 1 and the region when the test backend runs, else 0. */
 RK_MPI_HIDDEN int rk_stg_fake_region(char **base, size_t *bytes);
 

@@ -78,40 +78,6 @@ static size_t seg_size(size_t total)
     return s;
 }
 
-/* ---- datatypes ---- */
-
-int rk_stg_layout(MPI_Datatype dt, ptrdiff_t first, ptrdiff_t n, rk_stg_layout_t *l)
-{
-    int sz = 0, rc;
-    MPI_Aint lb, ext, tlb, text;
-    memset(l, 0, sizeof *l);
-    l->contig = 1;
-    if ((rc = PMPI_Type_size(dt, &sz)) != MPI_SUCCESS)
-        return rc;
-    if ((rc = PMPI_Type_get_extent(dt, &lb, &ext)) != MPI_SUCCESS)
-        return rc;
-    if ((rc = PMPI_Type_get_true_extent(dt, &tlb, &text)) != MPI_SUCCESS)
-        return rc;
-    l->tsize = (size_t)sz;
-    if (n <= 0 || sz <= 0)
-        return MPI_SUCCESS;
-    l->size = (size_t)n * (size_t)sz;
-    ptrdiff_t a = first * (ptrdiff_t)ext, b = (first + n - 1) * (ptrdiff_t)ext;
-    ptrdiff_t lo = (a < b ? a : b) + (ptrdiff_t)tlb;
-    ptrdiff_t hi = (a < b ? b : a) + (ptrdiff_t)tlb + (ptrdiff_t)text;
-    l->lo = lo;
-    l->span = (size_t)(hi - lo);
-    /* Dense: the region holds the data and nothing else, in memory order
-     * for the types whose memory order is their type map's order. */
-    int ni, na, nd, comb = MPI_COMBINER_NAMED;
-    if (PMPI_Type_get_envelope(dt, &ni, &na, &nd, &comb) != MPI_SUCCESS)
-        comb = -1;
-    l->contig = (size_t)text == (size_t)sz && ext == text &&
-                (comb == MPI_COMBINER_NAMED || comb == MPI_COMBINER_CONTIGUOUS ||
-                 comb == MPI_COMBINER_DUP);
-    return MPI_SUCCESS;
-}
-
 /* World rank of rank r of comm (the remote group for an intercommunicator);
  * -1 if it is not in MPI_COMM_WORLD (spawned processes). */
 static int to_world(MPI_Comm comm, int r)
@@ -736,6 +702,16 @@ static int first_bytes(void *base, int count, MPI_Datatype dt, const rk_stg_layo
 static void ipc_recv_start(req_t *r, int src);
 static void ipc_recv_advance(req_t *r);
 
+/* Elements of a receive that bytes of data fill (a last partial element
+ * counts: its received bytes must reach the device). Contiguous: the bytes
+ * themselves go back, as one run. */
+static ptrdiff_t elems_in(const rk_stg_layout_t *L, size_t bytes)
+{
+    if (!L->tsize)
+        return 0;
+    return (ptrdiff_t)((bytes + L->tsize - 1) / L->tsize);
+}
+
 /* The first message of a staged nonblocking receive has come (status *st).
  * Under eng. */
 static void on_first(req_t *r, const MPI_Status *st)
@@ -805,12 +781,11 @@ static void on_first(req_t *r, const MPI_Status *st)
         r->state = S_DONE;
         return;
     }
-    size_t n = r->L.contig ? bytes : r->L.span;
     r->evs = calloc(1, sizeof *r->evs);
     r->nevs = 1;
-    if (!r->evs || rk_stg_copy((char *)r->ubuf + r->L.lo, r->hb.ptr, n, RK_STG_H2D, &r->evs[0]))
+    if (!r->evs || rk_stg_put_elems(r->ubuf, r->hb.ptr - r->L.lo, r->dt, 0, elems_in(&r->L, bytes),
+                                    &r->L, &r->evs[0], &r->copied))
         r->err = MPI_ERR_OTHER;
-    r->copied += n;
     r->state = S_COPY;
     return;
 oom:
@@ -853,12 +828,9 @@ static void advance_segs(req_t *r)
         int n = (int)(r->total / r->L.tsize);
         if (PMPI_Unpack(r->pk.ptr, (int)r->total, &pos, img, n, r->dt, r->comm) != MPI_SUCCESS)
             r->err = MPI_ERR_OTHER;
-        if (r->dev) {
-            if (rk_stg_copy((char *)r->ubuf + r->L.lo, r->hb.ptr, r->L.span, RK_STG_H2D,
-                            &r->evs[0]) != 0)
-                r->err = MPI_ERR_OTHER;
-            r->copied += r->L.span;
-        }
+        if (r->dev && rk_stg_put_elems(r->ubuf, img, r->dt, 0, n, &r->L, &r->evs[0],
+                                       &r->copied) != 0)
+            r->err = MPI_ERR_OTHER;
     }
     r->state = S_COPY;
 }
@@ -1596,17 +1568,14 @@ static int deliver(void *buf, int count, MPI_Datatype dt, int dev, const void *t
     int pos = 0, n = (int)(bytes / L.tsize);
     if (!dev)
         return PMPI_Unpack(tmp, (int)bytes, &pos, buf, n, dt, comm);
+    /* Unpacked into a host image, then only the described bytes go back. */
     rk_stg_buf_t hb;
     if (rk_stg_buf_get(L.span, 1, &hb) != 0)
         return MPI_ERR_NO_MEM;
-    rc = MPI_SUCCESS;
-    if (rk_stg_copy_sync(hb.ptr, (char *)buf + L.lo, L.span, RK_STG_D2H) != 0)
+    rc = PMPI_Unpack(tmp, (int)bytes, &pos, hb.ptr - L.lo, n, dt, comm);
+    if (rc == MPI_SUCCESS &&
+        rk_stg_put_elems_sync(buf, hb.ptr - L.lo, dt, 0, elems_in(&L, bytes), &L, copied) != 0)
         rc = MPI_ERR_OTHER;
-    if (rc == MPI_SUCCESS)
-        rc = PMPI_Unpack(tmp, (int)bytes, &pos, hb.ptr - L.lo, n, dt, comm);
-    if (rc == MPI_SUCCESS && rk_stg_copy_sync((char *)buf + L.lo, hb.ptr, L.span, RK_STG_H2D))
-        rc = MPI_ERR_OTHER;
-    *copied += 2 * L.span;
     rk_stg_buf_put(&hb);
     return rc;
 }
@@ -1861,25 +1830,17 @@ static int recv_staged(void *buf, int count, MPI_Datatype dt, int src, int tag, 
     } else {
         rk_stg_buf_t hb;
         /* Contiguous: room for what came (MPI reports truncation itself);
-         * otherwise the whole region, filled from the device first so that
-         * the holes keep their contents. */
+         * otherwise the whole region, of which only the bytes the datatype
+         * describes go back (the holes are never written). */
         size_t room = L.contig ? (bytes < L.size ? bytes : L.size) : L.span;
         if (rk_stg_buf_get(room, 1, &hb) != 0)
             return staging_error(comm, "out of memory for a receive");
-        mpi_rc = MPI_SUCCESS;
-        if (!L.contig) {
-            if (rk_stg_copy_sync(hb.ptr, (char *)buf + L.lo, L.span, RK_STG_D2H) != 0)
-                rc = MPI_ERR_OTHER;
-            copied += L.span;
-        }
-        if (rc == MPI_SUCCESS)
-            rc = mpi_rc = PMPI_Mrecv(hb.ptr - L.lo, count, dt, &msg, &st2);
+        rc = mpi_rc = PMPI_Mrecv(hb.ptr - L.lo, count, dt, &msg, &st2);
         if (rc == MPI_SUCCESS) {
             bytes = status_bytes(&st2);
-            size_t n = L.contig ? bytes : L.span;
-            if (rk_stg_copy_sync((char *)buf + L.lo, hb.ptr, n, RK_STG_H2D) != 0)
+            if (rk_stg_put_elems_sync(buf, hb.ptr - L.lo, dt, 0, elems_in(&L, bytes), &L,
+                                      &copied) != 0)
                 rc = MPI_ERR_OTHER;
-            copied += n;
         }
         rk_stg_buf_put(&hb);
     }
@@ -1906,13 +1867,6 @@ static int irecv_staged(void *buf, int count, MPI_Datatype dt, int src, int tag,
         if (rk_stg_buf_get(room, 0, &r->hb) != 0) {
             req_release(r);
             return staging_error(comm, "out of memory for a receive");
-        }
-        if (!r->L.contig) {
-            if (rk_stg_copy_sync(r->hb.ptr, (char *)buf + r->L.lo, r->L.span, RK_STG_D2H) != 0) {
-                req_release(r);
-                return staging_error(comm, "device-to-host copy failed");
-            }
-            r->copied += r->L.span;
         }
         target = r->hb.ptr - r->L.lo;
     }

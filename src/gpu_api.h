@@ -108,6 +108,7 @@
 #define cudaHostAllocMapped hipHostMallocMapped
 #define cudaMemcpy hipMemcpy
 #define cudaMemcpyAsync hipMemcpyAsync
+#define cudaMemcpy2DAsync hipMemcpy2DAsync
 #define cudaMemcpyDefault hipMemcpyDefault
 #define cudaMemset hipMemset
 #define cudaMemAdvise hipMemAdvise
