@@ -33,11 +33,13 @@ static int is_dev(const void *p) { return p != MPI_IN_PLACE && p != NULL && rk_s
 /* One collective's arguments as the user gave them (each call reads the
  * ones it has; a Bcast's buffer is rbuf). */
 typedef struct {
-    int kind; /* which reduction (R_*, RS_*) */
+    int kind; /* which reduction (R_*, RS_*), or which neighbourhood call */
     const void *sbuf;
     void *rbuf;
     int scount, rcount;
     const int *scounts, *sdispls, *rcounts, *rdispls;
+    const MPI_Aint *sadispls, *radispls;  /* Neighbor_alltoallw's byte displacements */
+    const MPI_Datatype *stypes, *rtypes; /* the w-forms: a datatype per block */
     MPI_Datatype stype, rtype;
     MPI_Op op;
     int root;
@@ -71,6 +73,8 @@ typedef struct {
     ptrdiff_t nout;
     int np;                        /* v-arguments: np blocks, counts and displs (else NULL) */
     const int *vcounts, *vdispls;
+    const MPI_Datatype *wtypes;    /* w-arguments: a type per block, displacements in bytes */
+    const MPI_Aint *wadispls;      /* (int ones in vdispls, or MPI_Aint ones here) */
 } spec_t;
 
 typedef struct {
@@ -87,20 +91,55 @@ typedef struct {
     int staged, rc;
 } ctx_t;
 
-/* Stage side p of u (if significant here and u is device memory). */
-static void side_prep(ctx_t *c, side_t *s, const void *u, const spec_t *p)
+/* Byte displacement of block i of a w-side. */
+static MPI_Aint wdisp(const spec_t *p, int i)
+{
+    return p->wadispls ? p->wadispls[i] : (MPI_Aint)p->vdispls[i];
+}
+
+/* The region of a w-side: the union of its blocks' regions. */
+static int wlayout(const spec_t *p, rk_stg_layout_t *L)
+{
+    ptrdiff_t lo = 0, hi = 0;
+    int any = 0;
+    memset(L, 0, sizeof *L);
+    for (int i = 0; i < p->np; i++) {
+        rk_stg_layout_t b;
+        if (p->vcounts[i] <= 0)
+            continue;
+        int rc = rk_stg_layout(p->wtypes[i], 0, p->vcounts[i], &b);
+        if (rc != MPI_SUCCESS)
+            return rc;
+        if (!b.size)
+            continue;
+        ptrdiff_t a = (ptrdiff_t)wdisp(p, i) + b.lo, e = a + (ptrdiff_t)b.span;
+        lo = any && lo < a ? lo : a;
+        hi = any && hi > e ? hi : e;
+        any = 1;
+        L->size += b.size;
+    }
+    L->lo = lo;
+    L->span = (size_t)(hi - lo);
+    return MPI_SUCCESS;
+}
+
+/* Stage side p of u (if significant here and u is device memory). A
+ * nonblocking call never waits for host memory (wait_ok 0). */
+static void side_prep(ctx_t *c, side_t *s, const void *u, const spec_t *p, int wait_ok)
 {
     memset(s, 0, sizeof *s);
     s->u = (void *)u;
     s->h = (char *)u;
     if (!p->sig || c->rc != MPI_SUCCESS || !is_dev(u))
         return;
-    int rc = rk_stg_layout(p->dt, p->first, p->n, &s->L);
+    int rc = p->wtypes ? wlayout(p, &s->L) : rk_stg_layout(p->dt, p->first, p->n, &s->L);
     if (rc != MPI_SUCCESS) {
         c->rc = rc;
         return;
     }
-    if (rk_stg_buf_get(s->L.span, 1, &s->hb) != 0) {
+    if (!s->L.span)
+        return; /* nothing of it is touched: MPI may have the pointer */
+    if (rk_stg_buf_get(s->L.span, wait_ok, &s->hb) != 0) {
         c->rc = MPI_ERR_NO_MEM;
         return;
     }
@@ -122,7 +161,16 @@ static void side_out(ctx_t *c, side_t *s, const spec_t *p)
     if (!p->out || !s->dev || c->rc != MPI_SUCCESS)
         return;
     int bad = 0;
-    if (p->vcounts) {
+    if (p->wtypes) {
+        for (int i = 0; i < p->np && !bad; i++) {
+            rk_stg_layout_t b;
+            if (p->vcounts[i] <= 0 || rk_stg_layout(p->wtypes[i], 0, p->vcounts[i], &b) != 0)
+                continue;
+            MPI_Aint d = wdisp(p, i);
+            bad = rk_stg_put_elems_sync((char *)s->u + d, s->h + d, p->wtypes[i], 0,
+                                        p->vcounts[i], &b, &c->copied);
+        }
+    } else if (p->vcounts) {
         /* Each rank's block: what lies between them is not the call's. */
         for (int i = 0; i < p->np && !bad; i++)
             if (p->vcounts[i] > 0)
@@ -219,8 +267,8 @@ static int run(const coll_t *a, call_fn call, const spec_t *sp, const spec_t *rp
     if (rc != MPI_SUCCESS)
         return rc;
     side_t s, r;
-    side_prep(&c, &s, a->sbuf, sp);
-    side_prep(&c, &r, a->rbuf, rp);
+    side_prep(&c, &s, a->sbuf, sp, 1);
+    side_prep(&c, &r, a->rbuf, rp, 1);
     if (c.rc == MPI_SUCCESS)
         rc = invoke(call, a, s.h, r.h);
     if (rc == MPI_SUCCESS)
@@ -228,6 +276,92 @@ static int run(const coll_t *a, call_fn call, const spec_t *sp, const spec_t *rp
     side_put(&s);
     side_put(&r);
     return end(&c, a->comm, rc);
+}
+
+/* A nonblocking collective in flight: what its completion needs. The
+ * user's count and displacement arrays stay valid until then (MPI's rule
+ * for the nonblocking forms), so the specs may point into them. */
+typedef struct {
+    coll_t a;
+    spec_t sp, rp;
+    side_t s, r;
+    ctx_t c;
+} nbc_t;
+
+static int nb_done(void *arg, MPI_Status *st)
+{
+    nbc_t *x = arg;
+    (void)st; /* a failed collective is the request's error already */
+    side_out(&x->c, &x->r, &x->rp);
+    side_put(&x->s);
+    side_put(&x->r);
+    if (x->c.staged)
+        rk_stg_count(x->c.copied, rk_stg_now() - x->c.t0);
+    int rc = x->c.rc;
+    if (rc != MPI_SUCCESS)
+        rk_mpi_warn("staging: a nonblocking collective's copies failed");
+    free(x);
+    return rc;
+}
+
+/* The nonblocking form: stage the inputs now, start MPI's collective on
+ * the host copies, and give the user a request whose completion copies the
+ * results back (rk_stg_wrap). */
+static int run_nb(const coll_t *a, call_fn call, const spec_t *sp, const spec_t *rp,
+                  MPI_Request *req)
+{
+    nbc_t *x = calloc(1, sizeof *x);
+    if (!x) {
+        PMPI_Comm_call_errhandler(a->comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    int rc = begin(&x->c, a->comm);
+    if (rc != MPI_SUCCESS) {
+        free(x);
+        return rc;
+    }
+    x->a = *a;
+    x->sp = *sp;
+    x->rp = *rp;
+    side_prep(&x->c, &x->s, a->sbuf, sp, 0);
+    side_prep(&x->c, &x->r, a->rbuf, rp, 0);
+    MPI_Request inner = MPI_REQUEST_NULL;
+    if (x->c.rc == MPI_SUCCESS)
+        rc = call(&x->a, x->s.h, x->r.h, &inner);
+    if (rc == MPI_SUCCESS && x->c.rc == MPI_SUCCESS) {
+        rc = rk_stg_wrap(inner, a->comm, nb_done, x, req);
+        if (rc == MPI_SUCCESS)
+            return MPI_SUCCESS;
+        /* No handle for the user: finish here rather than lose the call. */
+        MPI_Status st;
+        PMPI_Wait(&inner, &st);
+        nb_done(x, &st);
+        PMPI_Comm_call_errhandler(a->comm, rc);
+        return rc;
+    }
+    side_put(&x->s);
+    side_put(&x->r);
+    rc = end(&x->c, a->comm, rc);
+    free(x);
+    return rc;
+}
+
+/* What a collective's two sides are on this rank (its specs). */
+typedef void (*plan_fn)(const coll_t *a, spec_t *s, spec_t *r);
+
+/* Every hook: straight to MPI when no buffer of this rank is on the
+ * device (polled while staged receives wait, for the blocking forms);
+ * else staged, blocking (req NULL) or not. */
+static int coll(const coll_t *a, call_fn call, plan_fn plan, MPI_Request *req)
+{
+    if (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(a->sbuf) && !is_dev(a->rbuf))) {
+        if (req || RK_STG_LIKELY(!rk_stg_active) || !pending_now())
+            return call(a, a->sbuf, a->rbuf, req);
+        return invoke(call, a, a->sbuf, a->rbuf);
+    }
+    spec_t s, r;
+    plan(a, &s, &r);
+    return req ? run_nb(a, call, &s, &r, req) : run(a, call, &s, &r);
 }
 
 static int comm_rank(MPI_Comm comm)
@@ -244,10 +378,32 @@ static int comm_size(MPI_Comm comm)
     return n;
 }
 
-#define FAST2(sb, rb) \
-    (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(sb) && !is_dev(rb) && !pending_now()))
+/* ---- the calls: MPI's blocking and nonblocking forms, what each side of
+ * a call is on this rank (its plan), then the hooks ---- */
 
-/* ---- the calls: MPI's blocking and nonblocking forms, then the hook ---- */
+#define ARGS(...) __VA_ARGS__
+/* The blocking hook and its nonblocking twin (same arguments and a
+ * request), for the calls without a CUDA IPC path. */
+#define HOOK_PAIR(Name, IName, call, plan, params, ...)             \
+    EXPORT int Name(ARGS params)                                    \
+    {                                                               \
+        coll_t a = {__VA_ARGS__};                                   \
+        return coll(&a, call, plan, NULL);                          \
+    }                                                               \
+    EXPORT int IName(ARGS params, MPI_Request *req)                 \
+    {                                                               \
+        coll_t a = {__VA_ARGS__};                                   \
+        return coll(&a, call, plan, req);                           \
+    }
+/* Only the nonblocking hook (the blocking one tries CUDA IPC first). */
+#define HOOK_NB(IName, call, plan, params, ...)                     \
+    EXPORT int IName(ARGS params, MPI_Request *req)                 \
+    {                                                               \
+        coll_t a = {__VA_ARGS__};                                   \
+        return coll(&a, call, plan, req);                           \
+    }
+
+/* -- Bcast -- */
 
 static int bcast_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -256,23 +412,29 @@ static int bcast_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
              : PMPI_Bcast(r, a->rcount, a->rtype, a->root, a->comm);
 }
 
+static void bcast_plan(const coll_t *a, spec_t *s, spec_t *r)
+{
+    int me = comm_rank(a->comm);
+    *s = whole(0, a->rtype, 0, 0);
+    *r = whole(1, a->rtype, a->rcount, me == a->root);
+    r->out = me != a->root;
+}
+
 EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
 {
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_bcast(buf, count, dt, root, comm, &irc))
         return irc;
     coll_t a = {.rbuf = buf, .rcount = count, .rtype = dt, .root = root, .comm = comm};
-    if (RK_STG_LIKELY(!rk_stg_active) || (!is_dev(buf) && !pending_now()))
-        return bcast_call(&a, NULL, buf, NULL);
-    if (!is_dev(buf)) /* a host buffer while receives wait: polled, not staged */
-        return invoke(bcast_call, &a, NULL, buf);
-    int me = comm_rank(comm);
-    spec_t s = whole(0, dt, 0, 0), r = whole(1, dt, count, me == root);
-    r.out = me != root;
-    return run(&a, bcast_call, &s, &r);
+    return coll(&a, bcast_call, bcast_plan, NULL);
 }
 
-/* Reduce, Allreduce, Scan, Exscan: count elements in, count out. */
+HOOK_NB(MPI_Ibcast, bcast_call, bcast_plan,
+        (void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm),
+        .rbuf = buf, .rcount = count, .rtype = dt, .root = root, .comm = comm)
+
+/* -- Reduce, Allreduce, Scan, Exscan: count elements in, count out -- */
+
 enum { R_REDUCE, R_ALLREDUCE, R_SCAN, R_EXSCAN };
 
 static int reduce_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
@@ -295,21 +457,20 @@ static int reduce_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
     }
 }
 
-static int reduce_like(int kind, const void *sbuf, void *rbuf, int count, MPI_Datatype dt,
-                       MPI_Op op, int root, MPI_Comm comm)
+static void reduce_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.kind = kind, .sbuf = sbuf, .rbuf = rbuf, .rcount = count, .rtype = dt,
-                .op = op, .root = root, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return reduce_call(&a, sbuf, rbuf, NULL);
-    int me = kind == R_REDUCE || kind == R_EXSCAN ? comm_rank(comm) : 0;
+    int me = a->kind == R_REDUCE || a->kind == R_EXSCAN ? comm_rank(a->comm) : 0;
     /* rbuf is significant at the root of a Reduce only; MPI reads it in
-     * place, and Exscan's rank 0 leaves it as it was. */
-    int rsig = kind != R_REDUCE || me == root;
-    int rin = sbuf == MPI_IN_PLACE || (kind == R_EXSCAN && me == 0);
-    spec_t s = whole(1, dt, count, 1), r = whole(rsig, dt, count, rin);
-    return run(&a, reduce_call, &s, &r);
+     * place; Exscan leaves rank 0's as it was. */
+    int rsig = a->kind != R_REDUCE || me == a->root;
+    *s = whole(1, a->rtype, a->rcount, 1);
+    *r = whole(rsig, a->rtype, a->rcount, a->sbuf == MPI_IN_PLACE);
+    if (a->kind == R_EXSCAN && me == 0)
+        r->out = 0;
 }
+
+#define RED(k) \
+    .kind = k, .sbuf = sbuf, .rbuf = rbuf, .rcount = count, .rtype = dt, .op = op, .comm = comm
 
 EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                       int root, MPI_Comm comm)
@@ -317,8 +478,14 @@ EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, 
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_reduce(sbuf, rbuf, count, dt, op, root, comm, &irc))
         return irc;
-    return reduce_like(R_REDUCE, sbuf, rbuf, count, dt, op, root, comm);
+    coll_t a = {RED(R_REDUCE), .root = root};
+    return coll(&a, reduce_call, reduce_plan, NULL);
 }
+
+HOOK_NB(MPI_Ireduce, reduce_call, reduce_plan,
+        (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, int root,
+         MPI_Comm comm),
+        RED(R_REDUCE), .root = root)
 
 EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                          MPI_Comm comm)
@@ -326,20 +493,21 @@ EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype d
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_allreduce(sbuf, rbuf, count, dt, op, comm, &irc))
         return irc;
-    return reduce_like(R_ALLREDUCE, sbuf, rbuf, count, dt, op, 0, comm);
+    coll_t a = {RED(R_ALLREDUCE)};
+    return coll(&a, reduce_call, reduce_plan, NULL);
 }
 
-EXPORT int MPI_Scan(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-                    MPI_Comm comm)
-{
-    return reduce_like(R_SCAN, sbuf, rbuf, count, dt, op, 0, comm);
-}
+HOOK_NB(MPI_Iallreduce, reduce_call, reduce_plan,
+        (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+        RED(R_ALLREDUCE))
+HOOK_PAIR(MPI_Scan, MPI_Iscan, reduce_call, reduce_plan,
+          (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+          RED(R_SCAN))
+HOOK_PAIR(MPI_Exscan, MPI_Iexscan, reduce_call, reduce_plan,
+          (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+          RED(R_EXSCAN))
 
-EXPORT int MPI_Exscan(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
-                      MPI_Comm comm)
-{
-    return reduce_like(R_EXSCAN, sbuf, rbuf, count, dt, op, 0, comm);
-}
+/* -- Gather, Scatter and their v-forms -- */
 
 static int gather_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -347,18 +515,21 @@ static int gather_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
              : PMPI_Gather(s, a->scount, a->stype, r, a->rcount, a->rtype, a->root, a->comm);
 }
 
-EXPORT int MPI_Gather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
-                      MPI_Datatype rtype, int root, MPI_Comm comm)
+static void gather_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
-                .rcount = rcount, .rtype = rtype, .root = root, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return gather_call(&a, sbuf, rbuf, NULL);
-    int here = comm_rank(comm) == root;
-    spec_t s = whole(1, stype, scount, 1);
-    spec_t r = whole(here, rtype, (ptrdiff_t)rcount * comm_size(comm), sbuf == MPI_IN_PLACE);
-    return run(&a, gather_call, &s, &r);
+    int here = comm_rank(a->comm) == a->root;
+    *s = whole(1, a->stype, a->scount, 1);
+    *r = whole(here, a->rtype, (ptrdiff_t)a->rcount * comm_size(a->comm), a->sbuf == MPI_IN_PLACE);
 }
+
+#define SR_ARGS                                                                               \
+    (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,               \
+     MPI_Datatype rtype, int root, MPI_Comm comm)
+#define SR_INIT                                                                                \
+    .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf, .rcount = rcount,           \
+    .rtype = rtype, .root = root, .comm = comm
+
+HOOK_PAIR(MPI_Gather, MPI_Igather, gather_call, gather_plan, SR_ARGS, SR_INIT)
 
 static int gatherv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -368,20 +539,18 @@ static int gatherv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
                             a->root, a->comm);
 }
 
-EXPORT int MPI_Gatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-                       const int rcounts[], const int displs[], MPI_Datatype rtype, int root,
-                       MPI_Comm comm)
+static void gatherv_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
-                .rcounts = rcounts, .rdispls = displs, .rtype = rtype, .root = root,
-                .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return gatherv_call(&a, sbuf, rbuf, NULL);
-    int here = comm_rank(comm) == root;
-    spec_t s = whole(1, stype, scount, 1);
-    spec_t r = vside(here, rtype, comm_size(comm), rcounts, displs, sbuf == MPI_IN_PLACE);
-    return run(&a, gatherv_call, &s, &r);
+    int here = comm_rank(a->comm) == a->root;
+    *s = whole(1, a->stype, a->scount, 1);
+    *r = vside(here, a->rtype, comm_size(a->comm), a->rcounts, a->rdispls, a->sbuf == MPI_IN_PLACE);
 }
+
+HOOK_PAIR(MPI_Gatherv, MPI_Igatherv, gatherv_call, gatherv_plan,
+          (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, const int rcounts[],
+           const int displs[], MPI_Datatype rtype, int root, MPI_Comm comm),
+          .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf, .rcounts = rcounts,
+          .rdispls = displs, .rtype = rtype, .root = root, .comm = comm)
 
 static int scatter_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -390,18 +559,14 @@ static int scatter_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
              : PMPI_Scatter(s, a->scount, a->stype, r, a->rcount, a->rtype, a->root, a->comm);
 }
 
-EXPORT int MPI_Scatter(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
-                       MPI_Datatype rtype, int root, MPI_Comm comm)
+static void scatter_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
-                .rcount = rcount, .rtype = rtype, .root = root, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return scatter_call(&a, sbuf, rbuf, NULL);
-    int here = comm_rank(comm) == root;
-    spec_t s = whole(here, stype, (ptrdiff_t)scount * comm_size(comm), 1);
-    spec_t r = whole(1, rtype, rcount, 0);
-    return run(&a, scatter_call, &s, &r);
+    int here = comm_rank(a->comm) == a->root;
+    *s = whole(here, a->stype, (ptrdiff_t)a->scount * comm_size(a->comm), 1);
+    *r = whole(a->rbuf != MPI_IN_PLACE, a->rtype, a->rcount, 0);
 }
+
+HOOK_PAIR(MPI_Scatter, MPI_Iscatter, scatter_call, scatter_plan, SR_ARGS, SR_INIT)
 
 static int scatterv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -411,19 +576,20 @@ static int scatterv_call(const coll_t *a, const void *s, void *r, MPI_Request *q
                              a->root, a->comm);
 }
 
-EXPORT int MPI_Scatterv(const void *sbuf, const int scounts[], const int displs[],
-                        MPI_Datatype stype, void *rbuf, int rcount, MPI_Datatype rtype, int root,
-                        MPI_Comm comm)
+static void scatterv_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.sbuf = sbuf, .scounts = scounts, .sdispls = displs, .stype = stype,
-                .rbuf = rbuf, .rcount = rcount, .rtype = rtype, .root = root, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return scatterv_call(&a, sbuf, rbuf, NULL);
-    int here = comm_rank(comm) == root;
-    spec_t s = vside(here, stype, comm_size(comm), scounts, displs, 1);
-    spec_t r = whole(1, rtype, rcount, 0);
-    return run(&a, scatterv_call, &s, &r);
+    int here = comm_rank(a->comm) == a->root;
+    *s = vside(here, a->stype, comm_size(a->comm), a->scounts, a->sdispls, 1);
+    *r = whole(a->rbuf != MPI_IN_PLACE, a->rtype, a->rcount, 0);
 }
+
+HOOK_PAIR(MPI_Scatterv, MPI_Iscatterv, scatterv_call, scatterv_plan,
+          (const void *sbuf, const int scounts[], const int displs[], MPI_Datatype stype,
+           void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm),
+          .sbuf = sbuf, .scounts = scounts, .sdispls = displs, .stype = stype, .rbuf = rbuf,
+          .rcount = rcount, .rtype = rtype, .root = root, .comm = comm)
+
+/* -- Allgather(v), Alltoall(v, w) -- */
 
 static int allgather_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -431,20 +597,30 @@ static int allgather_call(const coll_t *a, const void *s, void *r, MPI_Request *
              : PMPI_Allgather(s, a->scount, a->stype, r, a->rcount, a->rtype, a->comm);
 }
 
+static void allgather_plan(const coll_t *a, spec_t *s, spec_t *r)
+{
+    *s = whole(1, a->stype, a->scount, 1);
+    *r = whole(1, a->rtype, (ptrdiff_t)a->rcount * comm_size(a->comm), a->sbuf == MPI_IN_PLACE);
+}
+
+#define A_ARGS                                                                                 \
+    (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,                \
+     MPI_Datatype rtype, MPI_Comm comm)
+#define A_INIT                                                                                 \
+    .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf, .rcount = rcount,           \
+    .rtype = rtype, .comm = comm
+
 EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
                          int rcount, MPI_Datatype rtype, MPI_Comm comm)
 {
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
         return irc;
-    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
-                .rcount = rcount, .rtype = rtype, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return allgather_call(&a, sbuf, rbuf, NULL);
-    spec_t s = whole(1, stype, scount, 1);
-    spec_t r = whole(1, rtype, (ptrdiff_t)rcount * comm_size(comm), sbuf == MPI_IN_PLACE);
-    return run(&a, allgather_call, &s, &r);
+    coll_t a = {A_INIT};
+    return coll(&a, allgather_call, allgather_plan, NULL);
 }
+
+HOOK_NB(MPI_Iallgather, allgather_call, allgather_plan, A_ARGS, A_INIT)
 
 static int allgatherv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -454,23 +630,29 @@ static int allgatherv_call(const coll_t *a, const void *s, void *r, MPI_Request 
                                a->comm);
 }
 
-EXPORT int MPI_Allgatherv(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
-                          const int rcounts[], const int displs[], MPI_Datatype rtype,
-                          MPI_Comm comm)
+static void allgatherv_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
-                .rcounts = rcounts, .rdispls = displs, .rtype = rtype, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return allgatherv_call(&a, sbuf, rbuf, NULL);
-    spec_t s = whole(1, stype, scount, 1);
-    spec_t r = vside(1, rtype, comm_size(comm), rcounts, displs, sbuf == MPI_IN_PLACE);
-    return run(&a, allgatherv_call, &s, &r);
+    *s = whole(1, a->stype, a->scount, 1);
+    *r = vside(1, a->rtype, comm_size(a->comm), a->rcounts, a->rdispls, a->sbuf == MPI_IN_PLACE);
 }
+
+HOOK_PAIR(MPI_Allgatherv, MPI_Iallgatherv, allgatherv_call, allgatherv_plan,
+          (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, const int rcounts[],
+           const int displs[], MPI_Datatype rtype, MPI_Comm comm),
+          .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf, .rcounts = rcounts,
+          .rdispls = displs, .rtype = rtype, .comm = comm)
 
 static int alltoall_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
     return q ? PMPI_Ialltoall(s, a->scount, a->stype, r, a->rcount, a->rtype, a->comm, q)
              : PMPI_Alltoall(s, a->scount, a->stype, r, a->rcount, a->rtype, a->comm);
+}
+
+static void alltoall_plan(const coll_t *a, spec_t *s, spec_t *r)
+{
+    int np = comm_size(a->comm);
+    *s = whole(1, a->stype, (ptrdiff_t)a->scount * np, 1);
+    *r = whole(1, a->rtype, (ptrdiff_t)a->rcount * np, a->sbuf == MPI_IN_PLACE);
 }
 
 EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
@@ -479,15 +661,11 @@ EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *
     int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
     if (rk_coll_ipc_alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
         return irc;
-    coll_t a = {.sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
-                .rcount = rcount, .rtype = rtype, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return alltoall_call(&a, sbuf, rbuf, NULL);
-    int np = comm_size(comm);
-    spec_t s = whole(1, stype, (ptrdiff_t)scount * np, 1);
-    spec_t r = whole(1, rtype, (ptrdiff_t)rcount * np, sbuf == MPI_IN_PLACE);
-    return run(&a, alltoall_call, &s, &r);
+    coll_t a = {A_INIT};
+    return coll(&a, alltoall_call, alltoall_plan, NULL);
 }
+
+HOOK_NB(MPI_Ialltoall, alltoall_call, alltoall_plan, A_ARGS, A_INIT)
 
 static int alltoallv_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
@@ -497,23 +675,63 @@ static int alltoallv_call(const coll_t *a, const void *s, void *r, MPI_Request *
                               a->rtype, a->comm);
 }
 
-EXPORT int MPI_Alltoallv(const void *sbuf, const int scounts[], const int sdispls[],
-                         MPI_Datatype stype, void *rbuf, const int rcounts[], const int rdispls[],
-                         MPI_Datatype rtype, MPI_Comm comm)
+static void alltoallv_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.sbuf = sbuf, .scounts = scounts, .sdispls = sdispls, .stype = stype,
-                .rbuf = rbuf, .rcounts = rcounts, .rdispls = rdispls, .rtype = rtype,
-                .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return alltoallv_call(&a, sbuf, rbuf, NULL);
-    int np = comm_size(comm);
-    spec_t s = vside(sbuf != MPI_IN_PLACE, stype, np, scounts, sdispls, 1);
-    spec_t r = vside(1, rtype, np, rcounts, rdispls, sbuf == MPI_IN_PLACE);
-    return run(&a, alltoallv_call, &s, &r);
+    int np = comm_size(a->comm), in = a->sbuf == MPI_IN_PLACE;
+    *s = vside(!in, a->stype, np, a->scounts, a->sdispls, 1);
+    *r = vside(1, a->rtype, np, a->rcounts, a->rdispls, in);
 }
 
-/* Reduce_scatter (rcounts) and Reduce_scatter_block (rcount): total
- * elements in, mine out (in place: rbuf holds the total, in and out). */
+#define V_ARGS                                                                                 \
+    (const void *sbuf, const int scounts[], const int sdispls[], MPI_Datatype stype,          \
+     void *rbuf, const int rcounts[], const int rdispls[], MPI_Datatype rtype, MPI_Comm comm)
+#define V_INIT                                                                                 \
+    .sbuf = sbuf, .scounts = scounts, .sdispls = sdispls, .stype = stype, .rbuf = rbuf,       \
+    .rcounts = rcounts, .rdispls = rdispls, .rtype = rtype, .comm = comm
+
+HOOK_PAIR(MPI_Alltoallv, MPI_Ialltoallv, alltoallv_call, alltoallv_plan, V_ARGS, V_INIT)
+
+/* A side of a w-call: np blocks, each its own count, type and byte
+ * displacement (int ones, or MPI_Aint ones for the neighbourhood form). */
+static spec_t wside(int sig, int np, const int *counts, const int *idispls,
+                    const MPI_Aint *adispls, const MPI_Datatype *types, int input)
+{
+    spec_t p = whole(sig, MPI_BYTE, 0, input);
+    if (sig) {
+        p.np = np;
+        p.vcounts = counts;
+        p.vdispls = idispls;
+        p.wadispls = adispls;
+        p.wtypes = types;
+    }
+    return p;
+}
+
+static int alltoallw_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
+{
+    return q ? PMPI_Ialltoallw(s, a->scounts, a->sdispls, a->stypes, r, a->rcounts, a->rdispls,
+                               a->rtypes, a->comm, q)
+             : PMPI_Alltoallw(s, a->scounts, a->sdispls, a->stypes, r, a->rcounts, a->rdispls,
+                              a->rtypes, a->comm);
+}
+
+static void alltoallw_plan(const coll_t *a, spec_t *s, spec_t *r)
+{
+    int np = comm_size(a->comm), in = a->sbuf == MPI_IN_PLACE;
+    *s = wside(!in, np, a->scounts, a->sdispls, NULL, a->stypes, 1);
+    *r = wside(1, np, a->rcounts, a->rdispls, NULL, a->rtypes, in);
+}
+
+HOOK_PAIR(MPI_Alltoallw, MPI_Ialltoallw, alltoallw_call, alltoallw_plan,
+          (const void *sbuf, const int scounts[], const int sdispls[],
+           const MPI_Datatype stypes[], void *rbuf, const int rcounts[], const int rdispls[],
+           const MPI_Datatype rtypes[], MPI_Comm comm),
+          .sbuf = sbuf, .scounts = scounts, .sdispls = sdispls, .stypes = stypes, .rbuf = rbuf,
+          .rcounts = rcounts, .rdispls = rdispls, .rtypes = rtypes, .comm = comm)
+
+/* -- Reduce_scatter (rcounts) and Reduce_scatter_block (rcount): total
+ * elements in, mine out (in place: rbuf holds the total, in and out) -- */
+
 enum { RS_COUNTS, RS_BLOCK };
 
 static int reduce_scatter_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
@@ -525,34 +743,123 @@ static int reduce_scatter_call(const coll_t *a, const void *s, void *r, MPI_Requ
              : PMPI_Reduce_scatter_block(s, r, a->rcount, a->rtype, a->op, a->comm);
 }
 
-static int reduce_scatter_like(const void *sbuf, void *rbuf, const int *rcounts, int rcount,
-                               MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
+static void reduce_scatter_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
-    coll_t a = {.kind = rcounts ? RS_COUNTS : RS_BLOCK, .sbuf = sbuf, .rbuf = rbuf,
-                .rcounts = rcounts, .rcount = rcount, .rtype = dt, .op = op, .comm = comm};
-    if (FAST2(sbuf, rbuf))
-        return reduce_scatter_call(&a, sbuf, rbuf, NULL);
-    int me = comm_rank(comm), np = comm_size(comm);
-    ptrdiff_t total = 0, mine = rcounts ? rcounts[me] : rcount;
-    if (rcounts)
+    int me = comm_rank(a->comm), np = comm_size(a->comm);
+    ptrdiff_t total = 0, mine = a->rcounts ? a->rcounts[me] : a->rcount;
+    if (a->rcounts)
         for (int i = 0; i < np; i++)
-            total += rcounts[i];
+            total += a->rcounts[i];
     else
-        total = (ptrdiff_t)rcount * np;
-    int inplace = sbuf == MPI_IN_PLACE;
-    spec_t s = whole(1, dt, total, 1), r = whole(1, dt, inplace ? total : mine, inplace);
-    r.nout = mine;
-    return run(&a, reduce_scatter_call, &s, &r);
+        total = (ptrdiff_t)a->rcount * np;
+    int inplace = a->sbuf == MPI_IN_PLACE;
+    *s = whole(1, a->rtype, total, 1);
+    *r = whole(1, a->rtype, inplace ? total : mine, inplace);
+    r->nout = mine;
 }
 
-EXPORT int MPI_Reduce_scatter(const void *sbuf, void *rbuf, const int rcounts[], MPI_Datatype dt,
-                              MPI_Op op, MPI_Comm comm)
+HOOK_PAIR(MPI_Reduce_scatter, MPI_Ireduce_scatter, reduce_scatter_call, reduce_scatter_plan,
+          (const void *sbuf, void *rbuf, const int rcounts[], MPI_Datatype dt, MPI_Op op,
+           MPI_Comm comm),
+          .kind = RS_COUNTS, .sbuf = sbuf, .rbuf = rbuf, .rcounts = rcounts, .rtype = dt,
+          .op = op, .comm = comm)
+HOOK_PAIR(MPI_Reduce_scatter_block, MPI_Ireduce_scatter_block, reduce_scatter_call,
+          reduce_scatter_plan,
+          (const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+          .kind = RS_BLOCK, .sbuf = sbuf, .rbuf = rbuf, .rcount = rcount, .rtype = dt, .op = op,
+          .comm = comm)
+
+/* -- Neighbourhood collectives: blocks per neighbour, in the order of the
+ * communicator's topology (sources receive, destinations send) -- */
+
+static void degrees(MPI_Comm comm, int *indeg, int *outdeg)
 {
-    return reduce_scatter_like(sbuf, rbuf, rcounts, 0, dt, op, comm);
+    int topo = MPI_UNDEFINED, nd = 0, w = 0;
+    *indeg = *outdeg = 0;
+    PMPI_Topo_test(comm, &topo);
+    if (topo == MPI_CART && PMPI_Cartdim_get(comm, &nd) == MPI_SUCCESS) {
+        *indeg = *outdeg = 2 * nd;
+    } else if (topo == MPI_GRAPH) {
+        int n = 0;
+        PMPI_Graph_neighbors_count(comm, comm_rank(comm), &n);
+        *indeg = *outdeg = n;
+    } else if (topo == MPI_DIST_GRAPH) {
+        PMPI_Dist_graph_neighbors_count(comm, indeg, outdeg, &w);
+    }
 }
 
-EXPORT int MPI_Reduce_scatter_block(const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt,
-                                    MPI_Op op, MPI_Comm comm)
+enum { N_ALLGATHER, N_ALLGATHERV, N_ALLTOALL, N_ALLTOALLV, N_ALLTOALLW };
+
+static int neighbor_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
 {
-    return reduce_scatter_like(sbuf, rbuf, NULL, rcount, dt, op, comm);
+    MPI_Comm c = a->comm;
+    switch (a->kind) {
+    case N_ALLGATHER:
+        return q ? PMPI_Ineighbor_allgather(s, a->scount, a->stype, r, a->rcount, a->rtype, c, q)
+                 : PMPI_Neighbor_allgather(s, a->scount, a->stype, r, a->rcount, a->rtype, c);
+    case N_ALLGATHERV:
+        return q ? PMPI_Ineighbor_allgatherv(s, a->scount, a->stype, r, a->rcounts, a->rdispls,
+                                             a->rtype, c, q)
+                 : PMPI_Neighbor_allgatherv(s, a->scount, a->stype, r, a->rcounts, a->rdispls,
+                                            a->rtype, c);
+    case N_ALLTOALL:
+        return q ? PMPI_Ineighbor_alltoall(s, a->scount, a->stype, r, a->rcount, a->rtype, c, q)
+                 : PMPI_Neighbor_alltoall(s, a->scount, a->stype, r, a->rcount, a->rtype, c);
+    case N_ALLTOALLV:
+        return q ? PMPI_Ineighbor_alltoallv(s, a->scounts, a->sdispls, a->stype, r, a->rcounts,
+                                            a->rdispls, a->rtype, c, q)
+                 : PMPI_Neighbor_alltoallv(s, a->scounts, a->sdispls, a->stype, r, a->rcounts,
+                                           a->rdispls, a->rtype, c);
+    default:
+        return q ? PMPI_Ineighbor_alltoallw(s, a->scounts, a->sadispls, a->stypes, r,
+                                            a->rcounts, a->radispls, a->rtypes, c, q)
+                 : PMPI_Neighbor_alltoallw(s, a->scounts, a->sadispls, a->stypes, r, a->rcounts,
+                                           a->radispls, a->rtypes, c);
+    }
 }
+
+static void neighbor_plan(const coll_t *a, spec_t *s, spec_t *r)
+{
+    int in, out;
+    degrees(a->comm, &in, &out);
+    switch (a->kind) {
+    case N_ALLGATHER:
+        *s = whole(1, a->stype, a->scount, 1);
+        *r = whole(1, a->rtype, (ptrdiff_t)a->rcount * in, 0);
+        break;
+    case N_ALLGATHERV:
+        *s = whole(1, a->stype, a->scount, 1);
+        *r = vside(1, a->rtype, in, a->rcounts, a->rdispls, 0);
+        break;
+    case N_ALLTOALL:
+        *s = whole(1, a->stype, (ptrdiff_t)a->scount * out, 1);
+        *r = whole(1, a->rtype, (ptrdiff_t)a->rcount * in, 0);
+        break;
+    case N_ALLTOALLV:
+        *s = vside(1, a->stype, out, a->scounts, a->sdispls, 1);
+        *r = vside(1, a->rtype, in, a->rcounts, a->rdispls, 0);
+        break;
+    default:
+        *s = wside(1, out, a->scounts, NULL, a->sadispls, a->stypes, 1);
+        *r = wside(1, in, a->rcounts, NULL, a->radispls, a->rtypes, 0);
+    }
+}
+
+HOOK_PAIR(MPI_Neighbor_allgather, MPI_Ineighbor_allgather, neighbor_call, neighbor_plan,
+          A_ARGS, .kind = N_ALLGATHER, A_INIT)
+HOOK_PAIR(MPI_Neighbor_allgatherv, MPI_Ineighbor_allgatherv, neighbor_call, neighbor_plan,
+          (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, const int rcounts[],
+           const int displs[], MPI_Datatype rtype, MPI_Comm comm),
+          .kind = N_ALLGATHERV, .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+          .rcounts = rcounts, .rdispls = displs, .rtype = rtype, .comm = comm)
+HOOK_PAIR(MPI_Neighbor_alltoall, MPI_Ineighbor_alltoall, neighbor_call, neighbor_plan, A_ARGS,
+          .kind = N_ALLTOALL, A_INIT)
+HOOK_PAIR(MPI_Neighbor_alltoallv, MPI_Ineighbor_alltoallv, neighbor_call, neighbor_plan, V_ARGS,
+          .kind = N_ALLTOALLV, V_INIT)
+HOOK_PAIR(MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw, neighbor_call, neighbor_plan,
+          (const void *sbuf, const int scounts[], const MPI_Aint sdispls[],
+           const MPI_Datatype stypes[], void *rbuf, const int rcounts[], const MPI_Aint rdispls[],
+           const MPI_Datatype rtypes[], MPI_Comm comm),
+          .kind = N_ALLTOALLW, .sbuf = sbuf, .scounts = scounts, .sadispls = sdispls,
+          .stypes = stypes, .rbuf = rbuf, .rcounts = rcounts, .radispls = rdispls,
+          .rtypes = rtypes, .comm = comm)
