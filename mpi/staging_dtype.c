@@ -159,6 +159,14 @@ int rk_stg_layout(MPI_Datatype dt, ptrdiff_t first, ptrdiff_t n, rk_stg_layout_t
     return MPI_SUCCESS;
 }
 
+int rk_stg_is_device_bottom(int count, MPI_Datatype dt)
+{
+    MPI_Aint tlb, text;
+    if (count <= 0 || PMPI_Type_get_true_extent(dt, &tlb, &text) != MPI_SUCCESS || tlb == 0)
+        return 0;
+    return rk_stg_is_device((const void *)(uintptr_t)tlb);
+}
+
 /* ---- the bytes a datatype describes ---- */
 
 typedef struct {

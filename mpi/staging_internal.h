@@ -135,6 +135,17 @@ static inline int rk_stg_is_device(const void *p)
     return rk_stg_classify_slow(p);
 }
 
+/* The same for (buf, count, dt): a buffer given as MPI_BOTTOM (NULL) holds
+ * absolute addresses in its datatype, and its data starts at the true lower
+ * bound (staging_dtype.c asks MPI); any other buffer is asked as it is. */
+RK_MPI_HIDDEN int rk_stg_is_device_bottom(int count, MPI_Datatype dt);
+static inline int rk_stg_is_device_dt(const void *buf, int count, MPI_Datatype dt)
+{
+    if (RK_STG_LIKELY(buf != NULL))
+        return rk_stg_is_device(buf);
+    return rk_stg_on && rk_stg_is_device_bottom(count, dt);
+}
+
 /* ---- copies (staging.c): CUDA runtime, or memcpy in the test backend ---- */
 
 #define RK_STG_D2H 0

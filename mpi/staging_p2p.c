@@ -2079,9 +2079,9 @@ static int psend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
 static inline int send_hook(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                             MPI_Comm comm, int mode)
 {
-    if (RK_STG_LIKELY(!rk_stg_active) || (!rk_stg_is_device(buf) && !pending_now()))
+    if (RK_STG_LIKELY(!rk_stg_active) || (!rk_stg_is_device_dt(buf, count, dt) && !pending_now()))
         return psend(buf, count, dt, dest, tag, comm, mode);
-    if (dest != MPI_PROC_NULL && rk_stg_is_device(buf))
+    if (dest != MPI_PROC_NULL && rk_stg_is_device_dt(buf, count, dt))
         return send_dev(buf, count, dt, dest, tag, comm, mode);
     if (mode == M_BSEND || !pending_now())
         return psend(buf, count, dt, dest, tag, comm, mode);
@@ -2138,7 +2138,7 @@ RK_STG_EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int t
 {
     if (RK_STG_LIKELY(!rk_stg_active))
         return PMPI_Recv(buf, count, dt, src, tag, comm, status);
-    int dev = rk_stg_is_device(buf);
+    int dev = rk_stg_is_device_dt(buf, count, dt);
     if (!dev && !pending_now() && !stash_any() && !rk_stg_big_recv(count, dt))
         return PMPI_Recv(buf, count, dt, src, tag, comm, status);
     return recv_hook(buf, count, dt, src, tag, comm, status, dev,
@@ -2148,7 +2148,7 @@ RK_STG_EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int t
 static int isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                      MPI_Comm comm, MPI_Request *req, int mode)
 {
-    if (RK_STG_LIKELY(!rk_stg_active) || dest == MPI_PROC_NULL || !rk_stg_is_device(buf)) {
+    if (RK_STG_LIKELY(!rk_stg_active) || dest == MPI_PROC_NULL || !rk_stg_is_device_dt(buf, count, dt)) {
         switch (mode) {
         case M_SSEND:
             return PMPI_Issend(buf, count, dt, dest, tag, comm, req);
@@ -2193,7 +2193,7 @@ RK_STG_EXPORT int MPI_Irecv(void *buf, int count, MPI_Datatype dt, int src, int 
 {
     if (RK_STG_LIKELY(!rk_stg_active))
         return PMPI_Irecv(buf, count, dt, src, tag, comm, req);
-    int dev = rk_stg_is_device(buf);
+    int dev = rk_stg_is_device_dt(buf, count, dt);
     if (src == MPI_PROC_NULL || (!dev && !stash_any() && !rk_stg_big_recv(count, dt)))
         return PMPI_Irecv(buf, count, dt, src, tag, comm, req);
     stash_t *e = stash_find(comm, src, tag, 1);
@@ -2223,8 +2223,8 @@ RK_STG_EXPORT int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype,
     if (RK_STG_LIKELY(!rk_stg_active))
         return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
                              comm, status);
-    int sdev = dest != MPI_PROC_NULL && rk_stg_is_device(sbuf);
-    int rdev = src != MPI_PROC_NULL && rk_stg_is_device(rbuf);
+    int sdev = dest != MPI_PROC_NULL && rk_stg_is_device_dt(sbuf, scount, stype);
+    int rdev = src != MPI_PROC_NULL && rk_stg_is_device_dt(rbuf, rcount, rtype);
     int big = src != MPI_PROC_NULL && rk_stg_big_recv(rcount, rtype);
     if (!sdev && !rdev && !big && !pending_now() && !stash_any())
         return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
@@ -2258,7 +2258,7 @@ RK_STG_EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, in
 {
     if (RK_STG_LIKELY(!rk_stg_active))
         return PMPI_Sendrecv_replace(buf, count, dt, dest, stag, src, rtag, comm, status);
-    int dev = rk_stg_is_device(buf);
+    int dev = rk_stg_is_device_dt(buf, count, dt);
     int big = src != MPI_PROC_NULL && rk_stg_big_recv(count, dt);
     if (!dev && !big && !pending_now() && !stash_any())
         return PMPI_Sendrecv_replace(buf, count, dt, dest, stag, src, rtag, comm, status);
