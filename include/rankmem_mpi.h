@@ -42,7 +42,7 @@ RANKMEM_API rankmem_status_t rankmem_mpi_observe_free(const void *ptr);
  * report gives each phase's peak. MPI_Pcontrol(2) and (3, label) mark too. */
 RANKMEM_API rankmem_status_t rankmem_mpi_phase(const char *name);
 
-/* ---- sharing device memory between the ranks of one node (mpi/share.c;
+/* ---- sharing device memory between the ranks of one node (mpi/node_share.c;
  * docs/mpi.md, "Sharing device memory between ranks") ----
  * Collective over comm, whose ranks must all be on the root's node. The
  * root calls rankmem_mpi_share with an async resource created with

@@ -76,7 +76,7 @@ RK_MPI_HIDDEN int rk_bind_parse_cpumask(const char *text, unsigned char *bits, s
 RK_MPI_HIDDEN int rk_bind_choose(const rk_bind_spec_t *spec, int local_rank, int ndev,
                                  const int *overlap, char *why, size_t len);
 
-/* ---- GPU (gpu.c): all "no GPU" in a build without CUDA ---- */
+/* ---- GPU (rank_gpu.c): all "no GPU" in a build without CUDA ---- */
 
 /* Visible devices (rankmem_device_count: 0 when there is none). */
 RK_MPI_HIDDEN int rk_mpi_gpu_count(void);

@@ -78,7 +78,7 @@ RK_HIDDEN rankmem_status_t rk_resource_new(size_t struct_size, const rankmem_res
                                            unsigned props, rankmem_resource_t *upstream,
                                            rankmem_resource_t **mr_p);
 
-/* ---- GPU runtime (gpu.c). All of these work, as "no GPU", in a build
+/* ---- GPU runtime (gpu_runtime.c). All of these work, as "no GPU", in a build
  * without CUDA or HIP and on a machine where the runtime fails to initialise. ---- */
 
 /* Number of usable devices, detected once; 0 when there is no GPU (any

@@ -66,7 +66,7 @@ RANKMEM_API rankmem_status_t rankmem_async_pool_handle(rankmem_resource_t *mr,
                                                        rankmem_mempool_t *pool_p);
 
 /* ---- sharing a pool and its allocations between processes of one node
- * (src/share.c; rankmem_mpi_share in rankmem_mpi.h does it over MPI) ----
+ * (src/pool_export.c; rankmem_mpi_share in rankmem_mpi.h does it over MPI) ----
  * The exporter's async resource must own its pool, created with
  * handle_type RANKMEM_HANDLE_POSIX_FD (rankmem_async_params_t). Importers
  * free what they imported (rankmem_async_free_imported) and release the

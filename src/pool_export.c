@@ -2,7 +2,7 @@
  * of one node: export the pool as a file descriptor and allocations as 64
  * bytes of export data; import both on the other side as an
  * "async_import" resource. Passing the descriptor between processes is the
- * caller's (mpi/share.c does it for MPI ranks). */
+ * caller's (mpi/node_share.c does it for MPI ranks). */
 #include "internal.h"
 
 #include <stdint.h>
