@@ -225,6 +225,53 @@ typedef int (*rk_stg_done_fn)(void *arg, MPI_Status *st);
 RK_MPI_HIDDEN int rk_stg_wrap(MPI_Request inner, MPI_Comm comm, rk_stg_done_fn done, void *arg,
                               MPI_Request *user);
 
+/* ---- point to point for staging_persist.c and staging_mprobe.c ---- */
+
+/* Send modes of rk_stg_isend_any. */
+#define RK_STG_M_STD 0
+#define RK_STG_M_SSEND 1
+#define RK_STG_M_RSEND 2
+#define RK_STG_M_BSEND 3
+/* MPI_Isend (of that mode) and MPI_Irecv as the hooks make them: a staged
+ * request for a device buffer or a receive that may meet a header, MPI's
+ * own request otherwise (staging_p2p.c). */
+RK_MPI_HIDDEN int rk_stg_isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
+                                   MPI_Comm comm, MPI_Request *req, int mode);
+RK_MPI_HIDDEN int rk_stg_irecv(void *buf, int count, MPI_Datatype dt, int src, int tag,
+                               MPI_Comm comm, MPI_Request *req);
+/* The completion calls over staged and ordinary requests (staging_p2p.c);
+ * staging_persist.c exports MPI_Wait ... over them, with each persistent
+ * request of ours replaced by its active operation. */
+RK_MPI_HIDDEN int rk_stg_Wait(MPI_Request *req, MPI_Status *status);
+RK_MPI_HIDDEN int rk_stg_Test(MPI_Request *req, int *flag, MPI_Status *status);
+RK_MPI_HIDDEN int rk_stg_Request_get_status(MPI_Request req, int *flag, MPI_Status *status);
+RK_MPI_HIDDEN int rk_stg_Request_free(MPI_Request *req);
+RK_MPI_HIDDEN int rk_stg_Cancel(MPI_Request *req);
+RK_MPI_HIDDEN int rk_stg_Waitall(int n, MPI_Request reqs[], MPI_Status sts[]);
+RK_MPI_HIDDEN int rk_stg_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[]);
+RK_MPI_HIDDEN int rk_stg_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status);
+RK_MPI_HIDDEN int rk_stg_Testany(int n, MPI_Request reqs[], int *index, int *flag,
+                                 MPI_Status *status);
+RK_MPI_HIDDEN int rk_stg_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                                  MPI_Status sts[]);
+RK_MPI_HIDDEN int rk_stg_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                                  MPI_Status sts[]);
+/* 32-byte messages a probe had to receive to tell a header from data
+ * (staging_p2p.c), for the matched probes: whether any waits; the oldest
+ * that (comm, src, tag) matches, taken out; a new entry holding the 32-byte
+ * message msg (NULL without memory: the message is lost); its status (the
+ * count is the whole message's); its communicator; its receive into (buf,
+ * count, dt), which frees it (report: an error goes to the communicator's
+ * handler now). */
+typedef struct rk_stg_stash rk_stg_stash_t;
+RK_MPI_HIDDEN int rk_stg_stash_any(void);
+RK_MPI_HIDDEN rk_stg_stash_t *rk_stg_stash_take(MPI_Comm comm, int src, int tag);
+RK_MPI_HIDDEN rk_stg_stash_t *rk_stg_stash_mrecv(MPI_Comm comm, MPI_Message *msg);
+RK_MPI_HIDDEN void rk_stg_stash_status(const rk_stg_stash_t *e, MPI_Status *status);
+RK_MPI_HIDDEN MPI_Comm rk_stg_stash_comm(const rk_stg_stash_t *e);
+RK_MPI_HIDDEN int rk_stg_stash_recv(rk_stg_stash_t *e, void *buf, int count, MPI_Datatype dt,
+                                    int dev, MPI_Status *status, int report);
+
 /* ---- counters (staging.c) ---- */
 
 RK_MPI_HIDDEN void rk_stg_count(uint64_t bytes, uint64_t ns);

@@ -1228,7 +1228,8 @@ void rk_stg_progress(void)
 
 /* ---- send side ---- */
 
-enum { M_STD = 0, M_SSEND, M_RSEND, M_BSEND };
+enum { M_STD = RK_STG_M_STD, M_SSEND = RK_STG_M_SSEND, M_RSEND = RK_STG_M_RSEND,
+       M_BSEND = RK_STG_M_BSEND };
 
 static int isend_mode(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                       MPI_Comm comm, int mode, MPI_Request *req)
@@ -1890,8 +1891,8 @@ static int irecv_staged(void *buf, int count, MPI_Datatype dt, int src, int tag,
  * Such messages wait here, oldest first, for the receive that matches them
  * (every receive looks here first while the list is not empty: they came
  * before anything MPI still holds from the same source). */
-typedef struct stash {
-    struct stash *next;
+typedef struct rk_stg_stash {
+    struct rk_stg_stash *next;
     MPI_Comm comm;
     int header;
     MPI_Status st;
@@ -1931,9 +1932,10 @@ static size_t stash_bytes(const stash_t *e)
     return e->header && is_header(e->data, &h) ? (size_t)h.total : RK_STG_HDR_BYTES;
 }
 
-/* Receive a stashed message into (buf, count, dt). */
+/* Receive a stashed message into (buf, count, dt); frees e. report: an
+ * error goes to the communicator's handler now (a blocking receive). */
 static int stash_recv(stash_t *e, void *buf, int count, MPI_Datatype dt, int dev, MPI_Comm comm,
-                      MPI_Status *status, size_t *bytes_p)
+                      MPI_Status *status, size_t *bytes_p, int report)
 {
     uint64_t t0 = rk_stg_now();
     size_t copied = 0, bytes = stash_bytes(e);
@@ -1955,9 +1957,27 @@ static int stash_recv(stash_t *e, void *buf, int count, MPI_Datatype dt, int dev
     free(e);
     if (dev || copied)
         rk_stg_count(copied, rk_stg_now() - t0);
-    if (rc != MPI_SUCCESS)
+    if (rc != MPI_SUCCESS && report)
         PMPI_Comm_call_errhandler(comm, rc);
     return rc;
+}
+
+/* Take the 32-byte message msg (of comm) into a new entry, not in the
+ * list. NULL without memory (the message is then lost). */
+static stash_t *stash_take_msg(MPI_Comm comm, MPI_Message *msg)
+{
+    stash_t *e = calloc(1, sizeof *e);
+    if (!e) {
+        char drop[RK_STG_HDR_BYTES];
+        PMPI_Mrecv(drop, RK_STG_HDR_BYTES, MPI_BYTE, msg, MPI_STATUS_IGNORE);
+        rk_mpi_warn("staging: out of memory in a probe: a message was lost");
+        return NULL;
+    }
+    PMPI_Mrecv(e->data, RK_STG_HDR_BYTES, MPI_BYTE, msg, &e->st);
+    hdr_t h;
+    e->comm = comm;
+    e->header = is_header(e->data, &h);
+    return e;
 }
 
 /* A probe saw st: if it is 32 bytes, take it (if still there) and stash it.
@@ -1973,19 +1993,11 @@ static int probe_seen(MPI_Comm comm, MPI_Status *st)
     if (PMPI_Improbe(st->MPI_SOURCE, st->MPI_TAG, comm, &flag, &msg, &st2) != MPI_SUCCESS ||
         !flag)
         return 0;
-    stash_t *e = calloc(1, sizeof *e);
-    if (!e) {
-        /* Cannot keep it: the caller sees a probe that found nothing. */
-        char drop[RK_STG_HDR_BYTES];
-        PMPI_Mrecv(drop, RK_STG_HDR_BYTES, MPI_BYTE, &msg, MPI_STATUS_IGNORE);
-        rk_mpi_warn("staging: out of memory in a probe: a message was lost");
+    /* Without memory the caller sees a probe that found nothing. */
+    stash_t *e = stash_take_msg(comm, &msg);
+    if (!e)
         return 0;
-    }
-    PMPI_Mrecv(e->data, RK_STG_HDR_BYTES, MPI_BYTE, &msg, &st2);
-    hdr_t h;
-    e->comm = comm;
-    e->st = st2;
-    e->header = is_header(e->data, &h);
+    st2 = e->st;
     pthread_mutex_lock(&eng);
     stash_t **pp = &stash_head;
     while (*pp)
@@ -2004,6 +2016,24 @@ static void stash_status(const stash_t *e, MPI_Status *status)
         return;
     *status = e->st;
     status_set_bytes(status, stash_bytes(e));
+}
+
+/* For the matched probes (staging_mprobe.c). */
+int rk_stg_stash_any(void) { return stash_any(); }
+rk_stg_stash_t *rk_stg_stash_take(MPI_Comm comm, int src, int tag)
+{
+    return stash_find(comm, src, tag, 1);
+}
+rk_stg_stash_t *rk_stg_stash_mrecv(MPI_Comm comm, MPI_Message *msg)
+{
+    return stash_take_msg(comm, msg);
+}
+void rk_stg_stash_status(const rk_stg_stash_t *e, MPI_Status *status) { stash_status(e, status); }
+MPI_Comm rk_stg_stash_comm(const rk_stg_stash_t *e) { return e->comm; }
+int rk_stg_stash_recv(rk_stg_stash_t *e, void *buf, int count, MPI_Datatype dt, int dev,
+                      MPI_Status *status, int report)
+{
+    return stash_recv(e, buf, count, dt, dev, e->comm, status, NULL, report);
 }
 
 RK_STG_EXPORT int MPI_Iprobe(int src, int tag, MPI_Comm comm, int *flag, MPI_Status *status)
@@ -2125,7 +2155,7 @@ static int recv_hook(void *buf, int count, MPI_Datatype dt, int src, int tag, MP
         return PMPI_Recv(buf, count, dt, src, tag, comm, status);
     stash_t *e = stash_find(comm, src, tag, 1);
     if (e)
-        return stash_recv(e, buf, count, dt, dev, comm, status, NULL);
+        return stash_recv(e, buf, count, dt, dev, comm, status, NULL, 1);
     if (dev || big)
         return recv_staged(buf, count, dt, src, tag, comm, status, dev);
     MPI_Request r;
@@ -2145,7 +2175,7 @@ RK_STG_EXPORT int MPI_Recv(void *buf, int count, MPI_Datatype dt, int src, int t
                      !dev && rk_stg_big_recv(count, dt));
 }
 
-static int isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
+int rk_stg_isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                      MPI_Comm comm, MPI_Request *req, int mode)
 {
     if (RK_STG_LIKELY(!rk_stg_active) || dest == MPI_PROC_NULL || !rk_stg_is_device_dt(buf, count, dt)) {
@@ -2167,29 +2197,35 @@ static int isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int 
 RK_STG_EXPORT int MPI_Isend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                             MPI_Comm comm, MPI_Request *req)
 {
-    return isend_any(buf, count, dt, dest, tag, comm, req, M_STD);
+    return rk_stg_isend_any(buf, count, dt, dest, tag, comm, req, M_STD);
 }
 
 RK_STG_EXPORT int MPI_Issend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                              MPI_Comm comm, MPI_Request *req)
 {
-    return isend_any(buf, count, dt, dest, tag, comm, req, M_SSEND);
+    return rk_stg_isend_any(buf, count, dt, dest, tag, comm, req, M_SSEND);
 }
 
 RK_STG_EXPORT int MPI_Irsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                              MPI_Comm comm, MPI_Request *req)
 {
-    return isend_any(buf, count, dt, dest, tag, comm, req, M_RSEND);
+    return rk_stg_isend_any(buf, count, dt, dest, tag, comm, req, M_RSEND);
 }
 
 RK_STG_EXPORT int MPI_Ibsend(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                              MPI_Comm comm, MPI_Request *req)
 {
-    return isend_any(buf, count, dt, dest, tag, comm, req, M_BSEND);
+    return rk_stg_isend_any(buf, count, dt, dest, tag, comm, req, M_BSEND);
 }
 
 RK_STG_EXPORT int MPI_Irecv(void *buf, int count, MPI_Datatype dt, int src, int tag,
                             MPI_Comm comm, MPI_Request *req)
+{
+    return rk_stg_irecv(buf, count, dt, src, tag, comm, req);
+}
+
+int rk_stg_irecv(void *buf, int count, MPI_Datatype dt, int src, int tag, MPI_Comm comm,
+                 MPI_Request *req)
 {
     if (RK_STG_LIKELY(!rk_stg_active))
         return PMPI_Irecv(buf, count, dt, src, tag, comm, req);
@@ -2203,7 +2239,7 @@ RK_STG_EXPORT int MPI_Irecv(void *buf, int count, MPI_Datatype dt, int src, int 
         req_t *r = req_new(K_RECV, buf, count, dt, comm);
         if (!r)
             return staging_error(comm, "out of memory");
-        r->err = stash_recv(e, buf, count, dt, dev, comm, &r->st, &r->total);
+        r->err = stash_recv(e, buf, count, dt, dev, comm, &r->st, &r->total, 0);
         r->state = S_DONE;
         int rc = req_publish(r, req);
         if (rc != MPI_SUCCESS)
@@ -2293,7 +2329,10 @@ RK_STG_EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, in
     return rrc != MPI_SUCCESS ? rrc : rc;
 }
 
-/* ---- completion ---- */
+/* ---- completion ----
+ * The bodies of MPI_Wait ... MPI_Testsome, MPI_Request_get_status,
+ * MPI_Request_free and MPI_Cancel; staging_persist.c exports the calls,
+ * putting a persistent request's active operation in its place first. */
 
 /* Straight to MPI when nothing is staged; polling while receives wait. */
 #define NO_STAGED() (RK_STG_LIKELY(!rk_stg_active) || atomic_load_explicit(&rk_stg_nreq, memory_order_relaxed) == 0)
@@ -2309,7 +2348,7 @@ static int test_plain(void)
     return 1;
 }
 
-RK_STG_EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *status)
+int rk_stg_Wait(MPI_Request *req, MPI_Status *status)
 {
     if (NO_STAGED()) {
         if (RK_STG_LIKELY(!rk_stg_active) || !pending_now())
@@ -2326,7 +2365,7 @@ RK_STG_EXPORT int MPI_Wait(MPI_Request *req, MPI_Status *status)
     return finish(r, status);
 }
 
-RK_STG_EXPORT int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
+int rk_stg_Test(MPI_Request *req, int *flag, MPI_Status *status)
 {
     if (test_plain())
         return PMPI_Test(req, flag, status);
@@ -2343,7 +2382,7 @@ RK_STG_EXPORT int MPI_Test(MPI_Request *req, int *flag, MPI_Status *status)
     return finish(r, status);
 }
 
-RK_STG_EXPORT int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
+int rk_stg_Request_get_status(MPI_Request req, int *flag, MPI_Status *status)
 {
     req_t *r = NO_STAGED() ? NULL : lookup(req);
     if (rk_stg_active)
@@ -2356,7 +2395,7 @@ RK_STG_EXPORT int MPI_Request_get_status(MPI_Request req, int *flag, MPI_Status 
     return MPI_SUCCESS;
 }
 
-RK_STG_EXPORT int MPI_Request_free(MPI_Request *req)
+int rk_stg_Request_free(MPI_Request *req)
 {
     req_t *r = NO_STAGED() ? NULL : lookup(*req);
     if (!r)
@@ -2374,7 +2413,7 @@ RK_STG_EXPORT int MPI_Request_free(MPI_Request *req)
     return MPI_SUCCESS;
 }
 
-RK_STG_EXPORT int MPI_Cancel(MPI_Request *req)
+int rk_stg_Cancel(MPI_Request *req)
 {
     req_t *r = NO_STAGED() ? NULL : lookup(*req);
     if (!r)
@@ -2479,7 +2518,7 @@ static int poll_waitall(int n, MPI_Request *reqs, MPI_Status *sts)
     }
 }
 
-RK_STG_EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
+int rk_stg_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
 {
     if (NO_STAGED()) {
         if (RK_STG_LIKELY(!rk_stg_active) || !pending_now())
@@ -2517,7 +2556,7 @@ RK_STG_EXPORT int MPI_Waitall(int n, MPI_Request reqs[], MPI_Status sts[])
     return rc;
 }
 
-RK_STG_EXPORT int MPI_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[])
+int rk_stg_Testall(int n, MPI_Request reqs[], int *flag, MPI_Status sts[])
 {
     if (test_plain())
         return PMPI_Testall(n, reqs, flag, sts);
@@ -2577,7 +2616,7 @@ static int any_pass(arr_t *a, MPI_Request *reqs, int *index, MPI_Status *status,
     return 0;
 }
 
-RK_STG_EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
+int rk_stg_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status *status)
 {
     if (NO_STAGED() && (RK_STG_LIKELY(!rk_stg_active) || !pending_now()))
         return PMPI_Waitany(n, reqs, index, status);
@@ -2592,8 +2631,7 @@ RK_STG_EXPORT int MPI_Waitany(int n, MPI_Request reqs[], int *index, MPI_Status 
     return rc;
 }
 
-RK_STG_EXPORT int MPI_Testany(int n, MPI_Request reqs[], int *index, int *flag,
-                              MPI_Status *status)
+int rk_stg_Testany(int n, MPI_Request reqs[], int *index, int *flag, MPI_Status *status)
 {
     if (test_plain())
         return PMPI_Testany(n, reqs, index, flag, status);
@@ -2652,8 +2690,8 @@ static int some_pass(arr_t *a, MPI_Request *reqs, int *indices, MPI_Status *sts,
     return out;
 }
 
-RK_STG_EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
-                               MPI_Status sts[])
+int rk_stg_Waitsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                    MPI_Status sts[])
 {
     if (NO_STAGED() && (RK_STG_LIKELY(!rk_stg_active) || !pending_now()))
         return PMPI_Waitsome(n, reqs, outcount, indices, sts);
@@ -2669,8 +2707,8 @@ RK_STG_EXPORT int MPI_Waitsome(int n, MPI_Request reqs[], int *outcount, int ind
     return rc;
 }
 
-RK_STG_EXPORT int MPI_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
-                               MPI_Status sts[])
+int rk_stg_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
+                    MPI_Status sts[])
 {
     if (test_plain())
         return PMPI_Testsome(n, reqs, outcount, indices, sts);
