@@ -988,8 +988,9 @@ static void t_persist_free(int kind)
 
 /* Mprobe (or Improbe) from any source, then Mrecv (or Imrecv) into a
  * buffer with room to spare: the probe's count is the message's, the data
- * is right and nothing past it is written. */
-static void t_mprobe(int sk, int rk, size_t n, int nb)
+ * is right and nothing past it is written. pf: MPI_Probe first (a 32-byte
+ * message it took must go to the matched probe). */
+static void t_mprobe(int sk, int rk, size_t n, int nb, int pf)
 {
     size_t cap = n + 64;
     void *sb = xalloc(sk, n), *rb = xalloc(rk, cap);
@@ -1001,6 +1002,8 @@ static void t_mprobe(int sk, int rk, size_t n, int nb)
     memset(&st, 0, sizeof st);
     memset(&st2, 0, sizeof st2);
     int rc = MPI_Isend(sb, (int)n, MPI_BYTE, right, 750, MPI_COMM_WORLD, &sr);
+    if (pf)
+        rc |= MPI_Probe(left, 750, MPI_COMM_WORLD, &st);
     if (nb) {
         int flag = 0;
         while (!flag && rc == MPI_SUCCESS)
@@ -1022,9 +1025,10 @@ static void t_mprobe(int sk, int rk, size_t n, int nb)
     mok(rc == MPI_SUCCESS && cnt == (int)n && cnt2 == (int)n && bad < 0 &&
             m == MPI_MESSAGE_NULL && st.MPI_SOURCE == left && st2.MPI_SOURCE == left &&
             st2.MPI_TAG == 750,
-        "%s(ANY_SOURCE) then %s: %s to %s, %zu bytes (probe said %d, receive %d, bad byte %ld)",
-        nb ? "MPI_Improbe" : "MPI_Mprobe", nb ? "MPI_Imrecv" : "MPI_Mrecv", kname(sk), kname(rk),
-        n, cnt, cnt2, bad);
+        "%s%s(ANY_SOURCE) then %s: %s to %s, %zu bytes (probe said %d, receive %d, bad byte "
+        "%ld)",
+        pf ? "MPI_Probe, " : "", nb ? "MPI_Improbe" : "MPI_Mprobe", nb ? "MPI_Imrecv" : "MPI_Mrecv",
+        kname(sk), kname(rk), n, cnt, cnt2, bad);
     xfree(sk, sb);
     xfree(rk, rb);
     dev_reset();
@@ -2120,7 +2124,12 @@ int main(int argc, char **argv)
             for (int b = 0; b < nk; b++)
                 for (size_t i = 0; i < sizeof msz / sizeof msz[0]; i++)
                     for (int nb = 0; nb < 2; nb++)
-                        t_mprobe(kinds[a], kinds[b], msz[i], nb);
+                        t_mprobe(kinds[a], kinds[b], msz[i], nb, 0);
+        for (int a = 0; a < nk; a++)
+            for (int nb = 0; nb < 2; nb++) {
+                t_mprobe(kinds[a], kinds[nk - 1], 32, nb, 1);
+                t_mprobe(kinds[a], kinds[nk - 1], big, nb, 1);
+            }
         for (int a = 0; a < nk; a++)
             for (int nb = 0; nb < 2; nb++) {
                 t_mprobe_struct(kinds[a], 7, nb);
