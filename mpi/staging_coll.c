@@ -457,6 +457,15 @@ static int reduce_call(const coll_t *a, const void *s, void *r, MPI_Request *q)
     }
 }
 
+/* A reduction of long doubles stores 10 bytes of each 16 (x87): the other
+ * 6 of the result are what the buffer held. Its image on the host must
+ * then hold the device's bytes too, or they would come back as whatever
+ * the pinned pool held (MPI on host buffers leaves them alone). */
+static int padded_result(MPI_Datatype dt)
+{
+    return dt == MPI_LONG_DOUBLE || dt == MPI_C_LONG_DOUBLE_COMPLEX || dt == MPI_LONG_DOUBLE_INT;
+}
+
 static void reduce_plan(const coll_t *a, spec_t *s, spec_t *r)
 {
     int me = a->kind == R_REDUCE || a->kind == R_EXSCAN ? comm_rank(a->comm) : 0;
@@ -464,7 +473,7 @@ static void reduce_plan(const coll_t *a, spec_t *s, spec_t *r)
      * place; Exscan leaves rank 0's as it was. */
     int rsig = a->kind != R_REDUCE || me == a->root;
     *s = whole(1, a->rtype, a->rcount, 1);
-    *r = whole(rsig, a->rtype, a->rcount, a->sbuf == MPI_IN_PLACE);
+    *r = whole(rsig, a->rtype, a->rcount, a->sbuf == MPI_IN_PLACE || padded_result(a->rtype));
     if (a->kind == R_EXSCAN && me == 0)
         r->out = 0;
 }
@@ -754,7 +763,7 @@ static void reduce_scatter_plan(const coll_t *a, spec_t *s, spec_t *r)
         total = (ptrdiff_t)a->rcount * np;
     int inplace = a->sbuf == MPI_IN_PLACE;
     *s = whole(1, a->rtype, total, 1);
-    *r = whole(1, a->rtype, inplace ? total : mine, inplace);
+    *r = whole(1, a->rtype, inplace ? total : mine, inplace || padded_result(a->rtype));
     r->nout = mine;
 }
 
