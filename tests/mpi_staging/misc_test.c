@@ -277,12 +277,14 @@ static void first_diff(const out_t *a, const out_t *b, char *why, size_t len)
              i < b->n ? b->p[i] : 0, i < a->n ? a->p[i] : 0);
 }
 
-/* Every type (only int when ints_only), every count, every combination of
- * device buffers among nbufs, against all-host. */
-static void check_op(const char *name, op_fn fn, int nbufs, int ints_only)
+/* Every type (those of types: bit i for tys[i]; 0: all), every count,
+ * every combination of device buffers among nbufs, against all-host. */
+static void check_op(const char *name, op_fn fn, int nbufs, int types)
 {
-    for (int ti = 0; ti < (ints_only ? 1 : 4); ti++) {
+    for (int ti = 0; ti < 4; ti++) {
         const ty_t *t = &tys[ti];
+        if (types && !(types & (1 << ti)))
+            continue;
         int ok = 1;
         char why[256] = "";
         for (int ci = 0; ci < NCOUNTS; ci++) {
@@ -533,6 +535,20 @@ static int io_turns(int rd, int f, int m, char *buf, int n, MPI_Datatype dt, MPI
 
 static int io_f, io_m;
 
+#ifdef MPICH_NUMVERSION
+/* MPICH's ROMIO places a memory datatype with a nonzero lower bound that
+ * many bytes too far (host buffers too: a resized type with lb 4 gets its
+ * first int at byte 12, not 8): left out. A short read into a
+ * non-contiguous memory type writes bytes past those it reports read,
+ * with contents that vary from run to run (host buffers too): short
+ * reads with int only. */
+#define IO_TYPES 7
+#define SHORT_TYPES 1
+#else
+#define IO_TYPES 0
+#define SHORT_TYPES 0
+#endif
+
 static void op_read(int mask, const ty_t *t, int n, out_t *o)
 {
     file_prepare();
@@ -588,9 +604,9 @@ static void t_io(void)
                 io_f = f, io_m = m;
                 snprintf(name, sizeof name, "MPI_File_%s%s%s%s", f == F_NONBLOCK ? "i" : "",
                          rd ? "read" : "write", mname[m], f == F_SPLIT ? "_begin/_end" : "");
-                check_op(name, rd ? op_read : op_write, 1, 0);
+                check_op(name, rd ? op_read : op_write, 1, IO_TYPES);
             }
-    check_op("MPI_File_read_at, read_at_all: short reads", op_read_short, 1, 0);
+    check_op("MPI_File_read_at, read_at_all: short reads", op_read_short, 1, SHORT_TYPES);
 }
 
 /* ---- one-sided ---- */
@@ -743,10 +759,17 @@ static void t_rma(void)
         rma_req = 0;
         int nb = k == R_CAS ? 3 : k == R_PUT || k == R_ACC || k == R_GET ? 1 : 2;
         int small = k == R_FOP || k == R_CAS; /* predefined datatypes only */
+        int rsmall = 0;
 #ifdef OPEN_MPI
         /* Open MPI 4.1's osc pt2pt corrupts its heap on a Get_accumulate
          * with derived datatypes, host buffers or not. */
         small |= k == R_GACC;
+#endif
+#ifdef MPICH_NUMVERSION
+        /* MPICH completes an MPI_Rget's request with a derived datatype
+         * before the data is in the origin buffer (host buffers too: it
+         * changes again at the unlock). */
+        rsmall = k == R_GET || k == R_GACC;
 #endif
         for (int s = 0; s < NSYNC; s++) {
             if ((k != R_PUT && k != R_GET) && s != S_FENCE && s != S_FLUSH && s != S_PSCW)
@@ -756,6 +779,7 @@ static void t_rma(void)
             /* a Get's origin is its result (bit 1) */
             check_op(name, op_rma, k == R_GET ? 2 : nb, small);
         }
+        small |= rsmall;
         if (k <= R_GACC) {
             rma_req = 1;
             snprintf(name, sizeof name, "%s, lock_all, MPI_Wait", rname[k]);
