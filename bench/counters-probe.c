@@ -16,7 +16,7 @@
  * and divide by the pairs plus the 4096 of the warm-up (probe_pairs runs
  * both). Add --dump-instr=yes and read callgrind_annotate's per-function
  * counts (or objdump the fast paths) to see where they go. The probe links
- * no staging (mpi/staging.c): the plugin's timing layer also calls its
+ * no staging (mpi/staging/base.c): the plugin's timing layer also calls its
  * rk_mpi_staging_forget after every allocate, which this does not count.
  *
  * The arena (row arena: over host memory it never touches, 4 MiB

@@ -72,7 +72,7 @@ static const char *env_var;
 static int pre_device = -1; /* selected before PMPI_Init, -1 none */
 static MPI_Comm report_comm = MPI_COMM_NULL; /* dup of MPI_COMM_WORLD for the report */
 
-/* Staging (mpi/staging.c, issue 6) is optional: weak, so the plugin links
+/* Staging (mpi/staging/base.c, issue 6) is optional: weak, so the plugin links
  * without it. */
 #pragma weak rk_mpi_staging_init
 #pragma weak rk_mpi_staging_finalize
@@ -489,7 +489,7 @@ void rk_mpi_post_init(int rc)
         observe_job_line(mine[1], sum[1], obs_why);
     rk_observe_after_init();
     if (rk_mpi_staging_init)
-        rk_mpi_staging_init(); /* decides RANKMEM_STAGING once (mpi/staging.c) */
+        rk_mpi_staging_init(); /* decides RANKMEM_STAGING once (mpi/staging/base.c) */
     char devtext[160];
     if (device >= 0)
         snprintf(devtext, sizeof devtext, "device %d (%s, %s)", device,

@@ -39,11 +39,11 @@ RK_MPI_HIDDEN int rk_mpi_report_write(MPI_Comm comm, const char *path);
  * etc. parsed); the report is skipped when 0. */
 RK_MPI_HIDDEN int rk_mpi_active(void);
 
-/* staging.c (issue 6): device buffers through an MPI that is not CUDA-aware.
+/* staging/base.c (issue 6): device buffers through an MPI that is not CUDA-aware.
  * init.c calls rk_mpi_staging_init() right after PMPI_Init (it decides
  * RANKMEM_STAGING once) and rk_mpi_staging_finalize() before the report;
  * rk_mpi_fill_record() asks rk_mpi_staging_counters() for the report. Weak
- * in init.c, so the plugin links without staging.c. */
+ * in init.c, so the plugin links without staging/base.c. */
 RK_MPI_HIDDEN void rk_mpi_staging_init(void);
 RK_MPI_HIDDEN void rk_mpi_staging_finalize(void);
 RK_MPI_HIDDEN void rk_mpi_staging_counters(uint64_t *bytes, uint64_t *messages, uint64_t *ns);

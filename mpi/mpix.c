@@ -15,11 +15,11 @@
  * The compile-time macro (MPIX_CUDA_AWARE_SUPPORT in Open MPI's mpi-ext.h)
  * belongs to the MPI's headers and cannot be changed from here.
  *
- * staging.c's own query at MPI_Init (mpi_cuda_aware) lands here when the
+ * staging/base.c's own query at MPI_Init (mpi_cuda_aware) lands here when the
  * plugin's symbol comes first; it gets the library's answer because
  * rk_stg_on is still 0 while staging is being decided. */
 #define _GNU_SOURCE
-#include "staging_internal.h"
+#include "staging/staging.h"
 
 #include <dlfcn.h>
 #include <stdint.h>
@@ -32,7 +32,7 @@
 
 /* Which vendor's buffers staging detects: the HIP build asks the HIP
  * runtime, every other build (the test backend without CUDA included)
- * speaks for CUDA, as staging.c's messages do. */
+ * speaks for CUDA, as staging/base.c's messages do. */
 #if HAVE_HIP
 #define RK_MPIX_CUDA 0
 #define RK_MPIX_HIP 1

@@ -169,7 +169,7 @@ uint64_t rk_mpi_now_ns(void)
     return (uint64_t)ts.tv_sec * 1000000000u + (uint64_t)ts.tv_nsec;
 }
 
-/* Staging (mpi/staging.c) caches which address ranges are device memory;
+/* Staging (mpi/staging/base.c) caches which address ranges are device memory;
  * memory the rank's chain hands out clears its stale entries. Weak: the
  * plugin links without staging. */
 __attribute__((weak, visibility("hidden"))) void rk_mpi_staging_forget(const void *ptr,

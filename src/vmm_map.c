@@ -84,7 +84,7 @@ static void host_unmap(rk_vmm_map_t *m, size_t g, size_t n)
 }
 
 #if HAVE_CUDA
-/* The driver API, opened once (no libcuda at link time, like mpi/staging.c). */
+/* The driver API, opened once (no libcuda at link time, like mpi/staging/base.c). */
 static struct {
     int ok;
     const char *why;

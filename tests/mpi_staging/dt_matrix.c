@@ -47,8 +47,8 @@ ssize_t write(int fd, const void *buf, size_t n);
 #include <rankmem_mpi.h>
 
 #ifdef RKT_FAKE
-#include "staging_internal.h"
-#include "staging_ipc.h"
+#include "staging/staging.h"
+#include "staging/ipc_map.h"
 #elif HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

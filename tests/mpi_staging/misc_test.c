@@ -1,4 +1,4 @@
-/* The other calls that take a buffer (mpi/staging_misc.c), each with every
+/* The other calls that take a buffer (mpi/staging/misc.c), each with every
  * combination of host and device buffers, checked byte for byte against
  * the same call on host buffers: MPI_Pack/Unpack (native and external32),
  * MPI_Reduce_local, MPI-IO (blocking, nonblocking, split collectives,
@@ -33,7 +33,7 @@ int unlink(const char *path);
 pid_t getpid(void);
 
 #ifdef RKT_FAKE
-#include "staging_internal.h"
+#include "staging/staging.h"
 #elif HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

@@ -31,7 +31,7 @@
 #include "mtap.h"
 
 #ifdef RKT_FAKE
-#include "staging_internal.h"
+#include "staging/staging.h"
 /* The plugin's definitions are in this program: call them directly. */
 int MPIX_Query_cuda_support(void);
 int MPIX_Query_rocm_support(void);

@@ -16,7 +16,7 @@
  *       (RANKMEM_RESOURCE='stats>vmm', or vmm(backend=host) in stg_fake,
  *       whose memory the test backend then takes for device memory), so
  *       that messages between ranks go through the vmm descriptor and the
- *       fd service (staging_ipc_fd.c); stg_fake checks the IPC counters.
+ *       fd service (staging/ipc_fd.c); stg_fake checks the IPC counters.
  *
  * Options: --host, --real, --vmm, --max BYTES (largest message), --quick
  * (fewer sizes), --overhead (stg_fake: only the host fast path's cost). */
@@ -41,9 +41,9 @@ int close(int fd);
 #include <rankmem_mpi.h>
 
 #ifdef RKT_FAKE
-#include "staging_internal.h"
-#include "staging_ipc.h"
-#include "staging_ipc_fd.h"
+#include "staging/staging.h"
+#include "staging/ipc_map.h"
+#include "staging/ipc_fd.h"
 #elif HAVE_CUDA
 #include <cuda_runtime_api.h>
 #endif

@@ -1,7 +1,7 @@
 /* Staging of device buffers through pinned host memory, for an MPI that is
  * not CUDA-aware (issue 6): the decision at MPI_Init, device/host detection
  * and its cache, the copy engine, the pinned chunk pool and the counters.
- * The calls themselves are in staging_p2p.c and staging_coll.c; the
+ * The calls themselves are in staging/p2p.c and staging/coll.c; the
  * protocol is described in docs/staging.md.
  *
  * Detection. A buffer is classified with the driver's cuPointerGetAttributes
@@ -23,8 +23,8 @@
  * rk_gpu_pointer_kind: HIP has no separate driver library to open) and runs
  * its copies through src/gpu_api.h's names; the caching rules are the same. */
 #define _GNU_SOURCE
-#include "staging_internal.h"
-#include "staging_ipc.h"
+#include "staging.h"
+#include "ipc_map.h"
 
 #include <dlfcn.h>
 #include <errno.h>
@@ -37,7 +37,7 @@
 #include <unistd.h>
 
 #if HAVE_GPU
-#include "../src/gpu_api.h" /* CUDA, or HIP through the same names */
+#include "../../src/gpu_api.h" /* CUDA, or HIP through the same names */
 #endif
 
 #if defined(__has_include)

@@ -1,6 +1,6 @@
 /* rankmem MPI plugin: the node-local service that hands a vmm pool's
  * physical handles to other ranks of the node as POSIX file descriptors
- * (staging_ipc.c's second kind of descriptor). File descriptors cannot
+ * (staging/ipc_map.c's second kind of descriptor). File descriptors cannot
  * travel through MPI: each rank listens on an abstract Unix socket named
  * after a job-wide nonce and its world rank, and a thread of its own (no
  * MPI call in it) answers "the descriptors of handles (address, id), ..."
@@ -9,7 +9,7 @@
 #ifndef RANKMEM_MPI_STAGING_IPC_FD_H
 #define RANKMEM_MPI_STAGING_IPC_FD_H
 
-#include "plugin.h"
+#include "../plugin.h"
 
 #include <stddef.h>
 #include <stdint.h>

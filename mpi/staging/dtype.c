@@ -9,7 +9,7 @@
  * 0xff are the element's blocks. The copies are then one strided (2D) copy
  * per block across all elements, or per run of equal blocks within one
  * element: a few copies even for 65,530 elements of a struct with holes. */
-#include "staging_internal.h"
+#include "staging.h"
 
 #include <stdlib.h>
 #include <string.h>

@@ -1,18 +1,18 @@
 /* rankmem MPI plugin: staging of device buffers through pinned host memory
- * for an MPI that is not CUDA-aware (issue 6). What staging.c,
- * staging_p2p.c and staging_coll.c share; not installed, every symbol hidden.
+ * for an MPI that is not CUDA-aware (issue 6). What staging/base.c,
+ * staging/p2p.c and staging/coll.c share; not installed, every symbol hidden.
  *
- *   staging.c       the decision at init, options, device/host detection and
+ *   staging/base.c       the decision at init, options, device/host detection and
  *                   its cache, the copy engine (CUDA runtime or the test
  *                   backend), the pinned chunk pool, counters
- *   staging_p2p.c   point-to-point calls, the request table, Wait/Test
- *   staging_coll.c  collectives
+ *   staging/p2p.c   point-to-point calls, the request table, Wait/Test
+ *   staging/coll.c  collectives
  *
  * docs/staging.md describes the protocol; the comments here say why. */
 #ifndef RANKMEM_MPI_STAGING_INTERNAL_H
 #define RANKMEM_MPI_STAGING_INTERNAL_H
 
-#include "plugin.h"
+#include "../plugin.h"
 
 #include <stdatomic.h>
 #include <stddef.h>
@@ -36,7 +36,7 @@
  * which host receives may meet a header. */
 #define RK_STG_BIG ((size_t)256 << 10)
 /* A contiguous device message of at least RK_STG_IPC_MIN bytes to a rank of
- * the node goes through CUDA IPC when the node has it (staging_ipc.h): a
+ * the node goes through CUDA IPC when the node has it (staging/ipc_map.h): a
  * header, then the receiver copies. Below it, a message and its two copies
  * cost less than the header, descriptor and answer. */
 #define RK_STG_IPC_MIN ((size_t)64 << 10)
@@ -61,14 +61,14 @@ RK_MPI_HIDDEN extern int rk_stg_on;
 RK_MPI_HIDDEN extern atomic_long rk_stg_pending;
 /* Live staged requests (user handles in the table). */
 RK_MPI_HIDDEN extern atomic_long rk_stg_nreq;
-/* Ring requests with work left (staging_p2p.c), and whether MPI's progress
+/* Ring requests with work left (staging/p2p.c), and whether MPI's progress
  * engine calls rk_stg_ring_poll (then nonblocking device messages use the
  * ring: they advance inside any MPI call, ours or not). */
 RK_MPI_HIDDEN extern atomic_long rk_stg_rings;
 RK_MPI_HIDDEN extern int rk_stg_hooked;
 RK_MPI_HIDDEN int rk_stg_ring_poll(void);
 
-/* ---- device or host (staging.c) ---- */
+/* ---- device or host (staging/base.c) ---- */
 
 /* The cache: 2 MiB granules of address space, each cached as host or
  * device, in a table of atomic words read without a lock. */
@@ -98,7 +98,7 @@ static inline uint64_t rk_stg_entry(uint64_t key, uint64_t gen, unsigned kind)
     return (key << 22) | ((gen & 0xffffu) << 6) | kind;
 }
 
-/* Memory that is host memory for sure (staging.c): the brk heap, from its
+/* Memory that is host memory for sure (staging/base.c): the brk heap, from its
  * start to the current break, and the calling thread's stack (its bounds
  * learnt at its first slow lookup). Off (empty ranges) in the test backend. */
 RK_MPI_HIDDEN extern uintptr_t rk_stg_brk_lo;
@@ -137,7 +137,7 @@ static inline int rk_stg_is_device(const void *p)
 
 /* The same for (buf, count, dt): a buffer given as MPI_BOTTOM (NULL) holds
  * absolute addresses in its datatype, and its data starts at the true lower
- * bound (staging_dtype.c asks MPI); any other buffer is asked as it is. */
+ * bound (staging/dtype.c asks MPI); any other buffer is asked as it is. */
 RK_MPI_HIDDEN int rk_stg_is_device_bottom(int count, MPI_Datatype dt);
 static inline int rk_stg_is_device_dt(const void *buf, int count, MPI_Datatype dt)
 {
@@ -146,7 +146,7 @@ static inline int rk_stg_is_device_dt(const void *buf, int count, MPI_Datatype d
     return rk_stg_on && rk_stg_is_device_bottom(count, dt);
 }
 
-/* ---- copies (staging.c): CUDA runtime, or memcpy in the test backend ---- */
+/* ---- copies (staging/base.c): CUDA runtime, or memcpy in the test backend ---- */
 
 #define RK_STG_D2H 0
 #define RK_STG_H2D 1
@@ -168,11 +168,11 @@ RK_MPI_HIDDEN int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir
 RK_MPI_HIDDEN int rk_stg_copy2d(void *dst, const void *src, size_t pitch, size_t width,
                                 size_t height, int dir, void **ev_p);
 /* Another rank of this node uses this rank's GPU (set at init by
- * staging_ipc.c). Then small host-to-device copies avoid the path on which
- * the GPU switches between the two processes' contexts (staging.c). */
+ * staging/ipc_map.c). Then small host-to-device copies avoid the path on which
+ * the GPU switches between the two processes' contexts (staging/base.c). */
 RK_MPI_HIDDEN extern int rk_stg_shared_gpu;
 
-/* ---- host memory for staging (staging.c) ---- */
+/* ---- host memory for staging (staging/base.c) ---- */
 
 #define RK_STG_BUF_NONE 0
 #define RK_STG_BUF_POOL 1  /* a run of chunks of the pinned pool */
@@ -198,10 +198,10 @@ RK_MPI_HIDDEN size_t rk_stg_chunk(void);
 
 /* ---- engine helpers ---- */
 
-/* Advance staged receives waiting for their first message (staging_p2p.c). */
+/* Advance staged receives waiting for their first message (staging/p2p.c). */
 RK_MPI_HIDDEN void rk_stg_progress(void);
 /* PMPI_Test until done, advancing staged requests and yielding the CPU now
- * and then (staging_p2p.c). Returns PMPI_Test's code. */
+ * and then (staging/p2p.c). Returns PMPI_Test's code. */
 RK_MPI_HIDDEN int rk_stg_wait(MPI_Request *req, MPI_Status *st);
 /* Between polls: progress, and a sched_yield every so often (ranks may
  * share cores). */
@@ -219,13 +219,13 @@ RK_MPI_HIDDEN void rk_stg_p2p_finalize(void);
  * gives the host copies back) and its return (MPI_SUCCESS or an error
  * class) becomes the request's error. The status is inner's. Wait, Test,
  * their array forms, Request_get_status, Request_free and Cancel all take
- * it (staging_p2p.c). On failure inner is left to the caller and done is
+ * it (staging/p2p.c). On failure inner is left to the caller and done is
  * not called. */
 typedef int (*rk_stg_done_fn)(void *arg, MPI_Status *st);
 RK_MPI_HIDDEN int rk_stg_wrap(MPI_Request inner, MPI_Comm comm, rk_stg_done_fn done, void *arg,
                               MPI_Request *user);
 
-/* ---- point to point for staging_persist.c and staging_mprobe.c ---- */
+/* ---- point to point for staging/persist.c and staging/mprobe.c ---- */
 
 /* Send modes of rk_stg_isend_any. */
 #define RK_STG_M_STD 0
@@ -234,13 +234,13 @@ RK_MPI_HIDDEN int rk_stg_wrap(MPI_Request inner, MPI_Comm comm, rk_stg_done_fn d
 #define RK_STG_M_BSEND 3
 /* MPI_Isend (of that mode) and MPI_Irecv as the hooks make them: a staged
  * request for a device buffer or a receive that may meet a header, MPI's
- * own request otherwise (staging_p2p.c). */
+ * own request otherwise (staging/p2p.c). */
 RK_MPI_HIDDEN int rk_stg_isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int tag,
                                    MPI_Comm comm, MPI_Request *req, int mode);
 RK_MPI_HIDDEN int rk_stg_irecv(void *buf, int count, MPI_Datatype dt, int src, int tag,
                                MPI_Comm comm, MPI_Request *req);
-/* The completion calls over staged and ordinary requests (staging_p2p.c);
- * staging_persist.c exports MPI_Wait ... over them, with each persistent
+/* The completion calls over staged and ordinary requests (staging/p2p.c);
+ * staging/persist.c exports MPI_Wait ... over them, with each persistent
  * request of ours replaced by its active operation. */
 RK_MPI_HIDDEN int rk_stg_Wait(MPI_Request *req, MPI_Status *status);
 RK_MPI_HIDDEN int rk_stg_Test(MPI_Request *req, int *flag, MPI_Status *status);
@@ -257,7 +257,7 @@ RK_MPI_HIDDEN int rk_stg_Waitsome(int n, MPI_Request reqs[], int *outcount, int 
 RK_MPI_HIDDEN int rk_stg_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
                                   MPI_Status sts[]);
 /* 32-byte messages a probe had to receive to tell a header from data
- * (staging_p2p.c), for the matched probes: whether any waits; the oldest
+ * (staging/p2p.c), for the matched probes: whether any waits; the oldest
  * that (comm, src, tag) matches, taken out; a new entry holding the 32-byte
  * message msg (NULL without memory: the message is lost); its status (the
  * count is the whole message's); its communicator; its receive into (buf,
@@ -272,12 +272,12 @@ RK_MPI_HIDDEN MPI_Comm rk_stg_stash_comm(const rk_stg_stash_t *e);
 RK_MPI_HIDDEN int rk_stg_stash_recv(rk_stg_stash_t *e, void *buf, int count, MPI_Datatype dt,
                                     int dev, MPI_Status *status, int report);
 
-/* ---- counters (staging.c) ---- */
+/* ---- counters (staging/base.c) ---- */
 
 RK_MPI_HIDDEN void rk_stg_count(uint64_t bytes, uint64_t ns);
 RK_MPI_HIDDEN uint64_t rk_stg_now(void);
 
-/* ---- datatypes (staging_dtype.c) ---- */
+/* ---- datatypes (staging/dtype.c) ---- */
 
 /* What staging needs to know of (count, datatype): bytes of data (size),
  * the region the data lies in relative to buf ([lo, lo + span): true

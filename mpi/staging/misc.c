@@ -19,7 +19,7 @@
  * not CUDA-aware (other ranks' operations land in it with no call of ours
  * to stage them): MPI_Win_create and MPI_Win_attach refuse it. */
 #define _GNU_SOURCE
-#include "staging_internal.h"
+#include "staging.h"
 
 #include <pthread.h>
 #include <stdlib.h>

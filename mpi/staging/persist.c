@@ -8,13 +8,13 @@
  * of MPI's, a receive from MPI_PROC_NULL, which MPI keeps allocated (so its
  * value is never another request's while our table maps it) and which
  * does nothing if something starts it. MPI_Start issues the staged
- * nonblocking operation, as MPI_Isend/MPI_Irecv would (staging_p2p.c), and
+ * nonblocking operation, as MPI_Isend/MPI_Irecv would (staging/p2p.c), and
  * keeps its request (inner) until a completion call finishes it; the
  * application's handle stays as it is, inactive again. Every completion
  * call puts inner (or MPI_REQUEST_NULL, for an inactive request: MPI treats
- * both alike) in place of the handle before staging_p2p.c's completion
+ * both alike) in place of the handle before staging/p2p.c's completion
  * runs, and the handle back after. */
-#include "staging_internal.h"
+#include "staging.h"
 
 #include <pthread.h>
 #include <stdlib.h>
@@ -323,7 +323,7 @@ EXPORT int MPI_Cancel(MPI_Request *req)
 }
 
 /* Arrays: a copy where each persistent request of ours is its active
- * operation (MPI_REQUEST_NULL when inactive), handed to staging_p2p.c's
+ * operation (MPI_REQUEST_NULL when inactive), handed to staging/p2p.c's
  * call; then the handles go back in place. */
 typedef struct {
     int n;

@@ -10,12 +10,12 @@
  * reuses within a process, so a buffer freed and reallocated at the same
  * address is mapped afresh, never read through the old mapping). MPI
  * carries the descriptor; completion travels back as a small message
- * (staging_p2p.c, staging_coll.c). docs/staging.md, "CUDA IPC", tells the
+ * (staging/p2p.c, staging/coll.c). docs/staging.md, "CUDA IPC", tells the
  * protocol. */
 #ifndef RANKMEM_MPI_STAGING_IPC_H
 #define RANKMEM_MPI_STAGING_IPC_H
 
-#include "plugin.h"
+#include "../plugin.h"
 
 #include <stddef.h>
 #include <stdint.h>
@@ -62,7 +62,7 @@ typedef struct rk_ipc_desc {
  * on every rank of the node). Written once, in MPI_Init. */
 RK_MPI_HIDDEN extern int rk_ipc_on;
 
-/* The node's decision, collective over MPI_COMM_WORLD (staging.c calls it
+/* The node's decision, collective over MPI_COMM_WORLD (staging/base.c calls it
  * from rk_mpi_staging_init once staging is active somewhere). mode: 0
  * auto, 1 on, 2 off (RANKMEM_STAGING_IPC); cache: RANKMEM_STAGING_IPC_CACHE
  * (0: the default); stg_on: this rank stages. Prints at most one line for
@@ -83,7 +83,7 @@ RK_MPI_HIDDEN int rk_ipc_reaches(int w);
  * be exported (stream-ordered pools, managed memory, VMM memory other than
  * the rank's vmm pool: the caller stages). Memory of the rank's vmm pool
  * (rankmem_mpi_resource()) is described by its physical handles, which
- * peers fetch from this rank's fd service (staging_ipc_fd.h); other memory
+ * peers fetch from this rank's fd service (staging/ipc_fd.h); other memory
  * by a CUDA IPC handle, cached per allocation (the answer "cannot" too). */
 RK_MPI_HIDDEN int rk_ipc_export(const void *buf, size_t n, rk_ipc_desc_t *d);
 

@@ -1,4 +1,4 @@
-/* The fd service of staging_ipc_fd.h: a listening socket and one thread
+/* The fd service of staging/ipc_fd.h: a listening socket and one thread
  * per rank that has a vmm pool, and the importer's side (a connection per
  * owner, made at its first request and kept).
  *
@@ -11,7 +11,7 @@
  * same user are served (SO_PEERCRED): a descriptor gives access to device
  * memory.
  *
- * The thread makes no MPI call and takes no lock of staging_ipc.c: it
+ * The thread makes no MPI call and takes no lock of staging/ipc_map.c: it
  * exports each handle asked for through the public vmm API
  * (rankmem_vmm_export_ex on the handle's first byte, which checks that the
  * handle with that id is still mapped there), sends the descriptors, and
@@ -19,7 +19,7 @@
  * handle released by the pool is never served again (its id is gone), and
  * an importer's mapping keeps the memory it maps. */
 #define _GNU_SOURCE
-#include "staging_ipc_fd.h"
+#include "ipc_fd.h"
 
 #include <errno.h>
 #include <fcntl.h>

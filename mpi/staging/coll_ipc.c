@@ -1,7 +1,7 @@
 /* Staging, collectives among the ranks of one node through CUDA IPC
  * (issue 20): instead of each device buffer going to host memory, through
  * MPI's collective and back, ranks read their peers' device buffers
- * mapped through IPC (staging_ipc.h) and copy straight into their own.
+ * mapped through IPC (staging/ipc_map.h) and copy straight into their own.
  *
  * When: IPC is on, every rank of the communicator is a node peer it
  * reaches (decided once per communicator, kept in an attribute), and the
@@ -31,7 +31,7 @@
  * share instead of MPI moving everything through shared memory, and the
  * result goes to the devices by device-to-device copies. */
 #define _GNU_SOURCE
-#include "staging_coll_ipc.h"
+#include "coll_ipc.h"
 
 #include <pthread.h>
 #include <stdint.h>
@@ -39,7 +39,7 @@
 
 /* On a GPU shared with another rank, device-to-device copies wait for the
  * GPU to switch contexts (~145 us on the H100): below this size two copies
- * through pinned memory are faster (as staging_p2p.c's ipc_take). */
+ * through pinned memory are faster (as staging/p2p.c's ipc_take). */
 #define BOUNCE_MAX ((size_t)4 << 20)
 
 #define MAXR RK_COLL_IPC_MAXRANKS
@@ -207,7 +207,7 @@ static void op_init(op_t *o, info_t *mine, MPI_Comm comm)
 }
 
 /* While staged receives wait for their first message, block in the
- * nonblocking form, polled (as staging_coll.c does): a peer may be waiting
+ * nonblocking form, polled (as staging/coll.c does): a peer may be waiting
  * for this rank to post its segments' receives. */
 static int pending_now(void)
 {

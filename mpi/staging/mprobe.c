@@ -3,7 +3,7 @@
  * A staged peer's pipelined or IPC message starts with a 32-byte header
  * (docs/staging.md); a probe can only tell it from 32 bytes of data by
  * receiving it. So a matched probe that finds a 32-byte message receives
- * it into an entry of the probe stash (staging_p2p.c) and hands the
+ * it into an entry of the probe stash (staging/p2p.c) and hands the
  * application a message handle of its own (own_message). The status
  * carries the whole message's size, as MPI_Probe's does. MPI_Mrecv /
  * MPI_Imrecv of such a handle receive the entry (the header's segments or
@@ -12,7 +12,7 @@
  * describes copied back. A matched probe also looks first at the messages
  * MPI_Probe stashed (they came before anything MPI still holds from their
  * source). */
-#include "staging_internal.h"
+#include "staging.h"
 
 #include <pthread.h>
 #include <stdlib.h>

@@ -24,8 +24,8 @@
  * its first message has not arrived, by every staged call (rk_stg_progress):
  * the sender of a header waits for us to post the segments' receives. */
 #define _GNU_SOURCE
-#include "staging_internal.h"
-#include "staging_ipc.h"
+#include "staging.h"
+#include "ipc_map.h"
 
 #include <pthread.h>
 #include <sched.h>
@@ -49,7 +49,7 @@ typedef struct {
 _Static_assert(sizeof(hdr_t) == RK_STG_HDR_BYTES, "header size");
 
 /* hdr.seg of a message whose data the receiver copies itself through CUDA
- * IPC (staging_ipc.h): after the header, the sender's descriptor comes on
+ * IPC (staging/ipc_map.h): after the header, the sender's descriptor comes on
  * the plugin's communicator (tag id); the receiver answers there with one
  * int, ACK_*, once it has the data (or cannot). */
 #define SEG_IPC 0xFFFFFFFFu
@@ -553,7 +553,7 @@ static void alist_advance(void)
     }
 }
 
-/* From MPI's progress engine (staging.c): advance the ring requests, unless
+/* From MPI's progress engine (staging/base.c): advance the ring requests, unless
  * another thread is at it or this one is already inside the engine lock
  * (our own MPI calls under it progress too). */
 int rk_stg_ring_poll(void)
@@ -835,7 +835,7 @@ static void advance_segs(req_t *r)
     r->state = S_COPY;
 }
 
-/* ---- CUDA IPC (staging_ipc.h): one copy by the receiver ---- */
+/* ---- CUDA IPC (staging/ipc_map.h): one copy by the receiver ---- */
 
 static int deliver(void *buf, int count, MPI_Datatype dt, int dev, const void *tmp, size_t bytes,
                    MPI_Comm comm, size_t *copied);
@@ -2018,7 +2018,7 @@ static void stash_status(const stash_t *e, MPI_Status *status)
     status_set_bytes(status, stash_bytes(e));
 }
 
-/* For the matched probes (staging_mprobe.c). */
+/* For the matched probes (staging/mprobe.c). */
 int rk_stg_stash_any(void) { return stash_any(); }
 rk_stg_stash_t *rk_stg_stash_take(MPI_Comm comm, int src, int tag)
 {
@@ -2331,7 +2331,7 @@ RK_STG_EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, in
 
 /* ---- completion ----
  * The bodies of MPI_Wait ... MPI_Testsome, MPI_Request_get_status,
- * MPI_Request_free and MPI_Cancel; staging_persist.c exports the calls,
+ * MPI_Request_free and MPI_Cancel; staging/persist.c exports the calls,
  * putting a persistent request's active operation in its place first. */
 
 /* Straight to MPI when nothing is staged; polling while receives wait. */

@@ -15,8 +15,8 @@
  * nonblocking form of the collective is used and polled, so that this rank
  * keeps posting the segments other ranks may be waiting for. */
 #define _GNU_SOURCE
-#include "staging_coll_ipc.h"
-#include "staging_internal.h"
+#include "coll_ipc.h"
+#include "staging.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -422,7 +422,7 @@ static void bcast_plan(const coll_t *a, spec_t *s, spec_t *r)
 
 EXPORT int MPI_Bcast(void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm)
 {
-    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    int irc; /* CUDA IPC among this node's ranks: staging/coll_ipc.c */
     if (rk_coll_ipc_bcast(buf, count, dt, root, comm, &irc))
         return irc;
     coll_t a = {.rbuf = buf, .rcount = count, .rtype = dt, .root = root, .comm = comm};
@@ -484,7 +484,7 @@ static void reduce_plan(const coll_t *a, spec_t *s, spec_t *r)
 EXPORT int MPI_Reduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                       int root, MPI_Comm comm)
 {
-    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    int irc; /* CUDA IPC among this node's ranks: staging/coll_ipc.c */
     if (rk_coll_ipc_reduce(sbuf, rbuf, count, dt, op, root, comm, &irc))
         return irc;
     coll_t a = {RED(R_REDUCE), .root = root};
@@ -499,7 +499,7 @@ HOOK_NB(MPI_Ireduce, reduce_call, reduce_plan,
 EXPORT int MPI_Allreduce(const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op,
                          MPI_Comm comm)
 {
-    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    int irc; /* CUDA IPC among this node's ranks: staging/coll_ipc.c */
     if (rk_coll_ipc_allreduce(sbuf, rbuf, count, dt, op, comm, &irc))
         return irc;
     coll_t a = {RED(R_ALLREDUCE)};
@@ -622,7 +622,7 @@ static void allgather_plan(const coll_t *a, spec_t *s, spec_t *r)
 EXPORT int MPI_Allgather(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf,
                          int rcount, MPI_Datatype rtype, MPI_Comm comm)
 {
-    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    int irc; /* CUDA IPC among this node's ranks: staging/coll_ipc.c */
     if (rk_coll_ipc_allgather(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
         return irc;
     coll_t a = {A_INIT};
@@ -667,7 +667,7 @@ static void alltoall_plan(const coll_t *a, spec_t *s, spec_t *r)
 EXPORT int MPI_Alltoall(const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, int rcount,
                         MPI_Datatype rtype, MPI_Comm comm)
 {
-    int irc; /* CUDA IPC among this node's ranks: staging_coll_ipc.c */
+    int irc; /* CUDA IPC among this node's ranks: staging/coll_ipc.c */
     if (rk_coll_ipc_alltoall(sbuf, scount, stype, rbuf, rcount, rtype, comm, &irc))
         return irc;
     coll_t a = {A_INIT};

@@ -1,7 +1,7 @@
 /* CUDA IPC between ranks of one node (issue 20): the node's decision at
  * MPI_Init, the exporter's handle cache and the importer's mapping cache.
- * The message protocols that use them are in staging_p2p.c and
- * staging_coll.c; staging_ipc.h says what each call promises.
+ * The message protocols that use them are in staging/p2p.c and
+ * staging/coll.c; staging/ipc_map.h says what each call promises.
  *
  * Why a decision at init: a mapping that fails in the middle of a message
  * needs the sender's help to recover (it must send the data after all),
@@ -15,15 +15,15 @@
  *
  * Memory of the rank's vmm pool has no CUDA IPC handle (the driver refuses
  * VMM memory): it travels as its physical handles instead, whose
- * descriptors peers fetch from this rank's fd service (staging_ipc_fd.c);
+ * descriptors peers fetch from this rank's fd service (staging/ipc_fd.c);
  * the importer maps the run of handles and caches it like an allocation,
  * keyed by the handles' export ids, which are never reused. With the host
  * backend of the vmm (a memfd) the same path runs on the CPU tests. */
 #define _GNU_SOURCE
-#include "staging_ipc.h"
-#include "staging_ipc_fd.h"
-#include "recorder.h"
-#include "staging_internal.h"
+#include "ipc_map.h"
+#include "ipc_fd.h"
+#include "../recorder.h"
+#include "staging.h"
 
 #include <fcntl.h>
 #include <pthread.h>

@@ -1,5 +1,5 @@
 /* rankmem MPI plugin: collectives among the ranks of one node through CUDA
- * IPC (issue 20; staging_coll_ipc.c). Not installed, every symbol hidden.
+ * IPC (issue 20; staging/coll_ipc.c). Not installed, every symbol hidden.
  *
  * Each rk_coll_ipc_* takes the arguments of its MPI call plus rc: 1 when it
  * did the call (*rc: MPI's result), 0 when the caller must go on as
@@ -10,8 +10,8 @@
 #ifndef RANKMEM_MPI_STAGING_COLL_IPC_H
 #define RANKMEM_MPI_STAGING_COLL_IPC_H
 
-#include "staging_internal.h"
-#include "staging_ipc.h"
+#include "staging.h"
+#include "ipc_map.h"
 
 /* Per-rank bytes (one block of Allgather/Alltoall, the whole message of
  * Bcast/Reduce/Allreduce) from which a collective goes through IPC. Below
