@@ -39,7 +39,7 @@
 
 /* On a GPU shared with another rank, device-to-device copies wait for the
  * GPU to switch contexts (~145 us on the H100): below this size two copies
- * through pinned memory are faster (as staging/p2p.c's ipc_take). */
+ * through pinned memory are faster (as staging/proto_ipc.c's ipc_take). */
 #define BOUNCE_MAX ((size_t)4 << 20)
 
 #define MAXR RK_COLL_IPC_MAXRANKS

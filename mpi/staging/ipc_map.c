@@ -1,6 +1,6 @@
 /* CUDA IPC between ranks of one node (issue 20): the node's decision at
  * MPI_Init, the exporter's handle cache and the importer's mapping cache.
- * The message protocols that use them are in staging/p2p.c and
+ * The message protocols that use them are in staging/proto_ipc.c and
  * staging/coll.c; staging/ipc_map.h says what each call promises.
  *
  * Why a decision at init: a mapping that fails in the middle of a message

@@ -10,7 +10,7 @@
  * reuses within a process, so a buffer freed and reallocated at the same
  * address is mapped afresh, never read through the old mapping). MPI
  * carries the descriptor; completion travels back as a small message
- * (staging/p2p.c, staging/coll.c). docs/staging.md, "CUDA IPC", tells the
+ * (staging/proto_ipc.c, staging/coll.c). docs/staging.md, "CUDA IPC", tells the
  * protocol. */
 #ifndef RANKMEM_MPI_STAGING_IPC_H
 #define RANKMEM_MPI_STAGING_IPC_H

@@ -12,7 +12,7 @@
  * keeps its request (inner) until a completion call finishes it; the
  * application's handle stays as it is, inactive again. Every completion
  * call puts inner (or MPI_REQUEST_NULL, for an inactive request: MPI treats
- * both alike) in place of the handle before staging/p2p.c's completion
+ * both alike) in place of the handle before staging/request.c's completion
  * runs, and the handle back after. */
 #include "staging.h"
 
@@ -323,7 +323,7 @@ EXPORT int MPI_Cancel(MPI_Request *req)
 }
 
 /* Arrays: a copy where each persistent request of ours is its active
- * operation (MPI_REQUEST_NULL when inactive), handed to staging/p2p.c's
+ * operation (MPI_REQUEST_NULL when inactive), handed to staging/request.c's
  * call; then the handles go back in place. */
 typedef struct {
     int n;

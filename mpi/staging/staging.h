@@ -5,7 +5,9 @@
  *   staging/base.c       the decision at init, options, device/host detection and
  *                   its cache, the copy engine (CUDA runtime or the test
  *                   backend), the pinned chunk pool, counters
- *   staging/p2p.c   point-to-point calls, the request table, Wait/Test
+ *   staging/p2p.c   point-to-point calls and the choice of a protocol
+ *   staging/request.c  the request table, progress, Wait/Test
+ *   staging/proto_eager.c, proto_pipe.c, proto_ipc.c  the protocols
  *   staging/coll.c  collectives
  *
  * docs/staging.md describes the protocol; the comments here say why. */
@@ -61,7 +63,7 @@ RK_MPI_HIDDEN extern int rk_stg_on;
 RK_MPI_HIDDEN extern atomic_long rk_stg_pending;
 /* Live staged requests (user handles in the table). */
 RK_MPI_HIDDEN extern atomic_long rk_stg_nreq;
-/* Ring requests with work left (staging/p2p.c), and whether MPI's progress
+/* Ring requests with work left (staging/request.c), and whether MPI's progress
  * engine calls rk_stg_ring_poll (then nonblocking device messages use the
  * ring: they advance inside any MPI call, ours or not). */
 RK_MPI_HIDDEN extern atomic_long rk_stg_rings;
@@ -198,10 +200,10 @@ RK_MPI_HIDDEN size_t rk_stg_chunk(void);
 
 /* ---- engine helpers ---- */
 
-/* Advance staged receives waiting for their first message (staging/p2p.c). */
+/* Advance staged receives waiting for their first message (staging/request.c). */
 RK_MPI_HIDDEN void rk_stg_progress(void);
 /* PMPI_Test until done, advancing staged requests and yielding the CPU now
- * and then (staging/p2p.c). Returns PMPI_Test's code. */
+ * and then (staging/request.c). Returns PMPI_Test's code. */
 RK_MPI_HIDDEN int rk_stg_wait(MPI_Request *req, MPI_Status *st);
 /* Between polls: progress, and a sched_yield every so often (ranks may
  * share cores). */
@@ -219,7 +221,7 @@ RK_MPI_HIDDEN void rk_stg_p2p_finalize(void);
  * gives the host copies back) and its return (MPI_SUCCESS or an error
  * class) becomes the request's error. The status is inner's. Wait, Test,
  * their array forms, Request_get_status, Request_free and Cancel all take
- * it (staging/p2p.c). On failure inner is left to the caller and done is
+ * it (staging/request.c). On failure inner is left to the caller and done is
  * not called. */
 typedef int (*rk_stg_done_fn)(void *arg, MPI_Status *st);
 RK_MPI_HIDDEN int rk_stg_wrap(MPI_Request inner, MPI_Comm comm, rk_stg_done_fn done, void *arg,
@@ -239,7 +241,7 @@ RK_MPI_HIDDEN int rk_stg_isend_any(const void *buf, int count, MPI_Datatype dt, 
                                    MPI_Comm comm, MPI_Request *req, int mode);
 RK_MPI_HIDDEN int rk_stg_irecv(void *buf, int count, MPI_Datatype dt, int src, int tag,
                                MPI_Comm comm, MPI_Request *req);
-/* The completion calls over staged and ordinary requests (staging/p2p.c);
+/* The completion calls over staged and ordinary requests (staging/request.c);
  * staging/persist.c exports MPI_Wait ... over them, with each persistent
  * request of ours replaced by its active operation. */
 RK_MPI_HIDDEN int rk_stg_Wait(MPI_Request *req, MPI_Status *status);
