@@ -512,16 +512,19 @@ static cudaError_t small_h2d(void *dst, const void *src, size_t n, cudaStream_t 
 /* The test backend's copies are done on return: its events are this. */
 static char fake_event;
 
-/* A copy on dir's stream, followed by an event (*ev_p) or, when wait, by
- * waiting on the stream itself (no event to take, record and give back: a
- * small message's latency is two such copies). */
-static int copy_on_stream(void *dst, const void *src, size_t n, int dir, void **ev_p, int wait)
+/* A copy on dir's stream of rows rows of n bytes, pitch bytes apart on
+ * both sides (one row: a plain copy), followed by an event (*ev_p) or, when
+ * wait, by waiting on the stream itself (no event to take, record and give
+ * back: a small message's latency is two such copies). */
+static int copy_on_stream(void *dst, const void *src, size_t n, size_t pitch, size_t rows,
+                          int dir, void **ev_p, int wait)
 {
     if (ev_p)
         *ev_p = NULL;
     if (fake) {
-        if (n)
-            memcpy((void *)fake_at(dst), fake_at(src), n);
+        for (size_t i = 0; n && i < rows; i++)
+            memcpy((void *)fake_at((char *)dst + i * pitch), fake_at((const char *)src + i * pitch),
+                   n);
         if (ev_p)
             *ev_p = &fake_event;
         return 0;
@@ -540,11 +543,12 @@ static int copy_on_stream(void *dst, const void *src, size_t n, int dir, void **
     int rc = 0, taken = 0;
     cudaError_t err = cudaSuccess;
 #if !HAVE_HIP
-    if (dir == RK_STG_H2D && rk_stg_shared_gpu && n)
+    if (dir == RK_STG_H2D && rk_stg_shared_gpu && n && rows == 1)
         err = small_h2d(dst, src, n, st, &taken);
 #endif
     if (err == cudaSuccess && n && !taken)
-        err = cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st);
+        err = rows == 1 ? cudaMemcpyAsync(dst, src, n, cudaMemcpyDefault, st)
+                        : cudaMemcpy2DAsync(dst, pitch, src, pitch, n, rows, cudaMemcpyDefault, st);
     if (err == cudaSuccess && wait)
         err = cudaStreamSynchronize(st);
     if (err != cudaSuccess) {
@@ -562,7 +566,7 @@ static int copy_on_stream(void *dst, const void *src, size_t n, int dir, void **
         cudaSetDevice(prev);
     return rc;
 #else
-    (void)dst, (void)src, (void)n, (void)dir, (void)wait;
+    (void)dst, (void)src, (void)n, (void)pitch, (void)rows, (void)dir, (void)wait;
     rk_mpi_warn("staging: a device copy in a build without a GPU runtime");
     return -1;
 #endif
@@ -570,7 +574,7 @@ static int copy_on_stream(void *dst, const void *src, size_t n, int dir, void **
 
 int rk_stg_copy(void *dst, const void *src, size_t n, int dir, void **ev_p)
 {
-    return copy_on_stream(dst, src, n, dir, ev_p, 0);
+    return copy_on_stream(dst, src, n, n, 1, dir, ev_p, 0);
 }
 
 int rk_stg_event_test(void *ev)
@@ -621,7 +625,7 @@ void rk_stg_event_put(void *ev)
 
 int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir)
 {
-    return copy_on_stream(dst, src, n, dir, NULL, 1);
+    return copy_on_stream(dst, src, n, n, 1, dir, NULL, 1);
 }
 
 /* Rows of a strided copy above this pitch go one by one (the 2D copy's
@@ -631,49 +635,16 @@ int rk_stg_copy_sync(void *dst, const void *src, size_t n, int dir)
 int rk_stg_copy2d(void *dst, const void *src, size_t pitch, size_t width, size_t height, int dir,
                   void **ev_p)
 {
+    if (height > 1 && pitch <= PITCH_MAX && width <= pitch)
+        return copy_on_stream(dst, src, width, pitch, height, dir, ev_p, 0);
+    /* Row by row; the last row's event covers the others (same stream). */
     if (ev_p)
         *ev_p = NULL;
-    if (height <= 1 || fake || pitch > PITCH_MAX || width == 0 || width > pitch) {
-        /* One row at a time (the test backend's copies translate addresses
-         * per copy); the last row's event covers the others: same stream. */
-        for (size_t i = 0; i < height; i++) {
-            void **e = i + 1 == height ? ev_p : NULL;
-            if (copy_on_stream((char *)dst + i * pitch, (const char *)src + i * pitch, width, dir,
-                               e, 0) != 0)
-                return -1;
-        }
-        return 0;
-    }
-#if HAVE_GPU
-    if (make_streams() != 0)
-        return -1;
-    int prev = -1;
-    if (stg_device >= 0 && cudaGetDevice(&prev) == cudaSuccess && prev != stg_device)
-        cudaSetDevice(stg_device);
-    else
-        prev = -1;
-    cudaStream_t st = streams[dir == RK_STG_D2H ? 0 : 1];
-    int rc = 0;
-    cudaError_t err =
-        cudaMemcpy2DAsync(dst, pitch, src, pitch, width, height, cudaMemcpyDefault, st);
-    if (err != cudaSuccess) {
-        rc = cu_fail("strided copy", err);
-    } else if (ev_p) {
-        cudaEvent_t ev = ev_get();
-        if (!ev)
-            rc = -1;
-        else if ((err = cudaEventRecord(ev, st)) != cudaSuccess)
-            rc = cu_fail("cudaEventRecord", err), rk_stg_event_put(ev);
-        else
-            *ev_p = ev;
-    }
-    if (prev >= 0)
-        cudaSetDevice(prev);
-    return rc;
-#else
-    rk_mpi_warn("staging: a device copy in a build without a GPU runtime");
-    return -1;
-#endif
+    for (size_t i = 0; i < height; i++)
+        if (copy_on_stream((char *)dst + i * pitch, (const char *)src + i * pitch, width, width, 1,
+                           dir, i + 1 == height ? ev_p : NULL, 0) != 0)
+            return -1;
+    return 0;
 }
 
 /* ---- host memory: the pinned pool, a few cached big buffers, malloc ---- */
