@@ -331,7 +331,68 @@ static rankmem_status_t build_vmm(const spec_node_t *n, rankmem_resource_t *up,
     return rankmem_vmm_create(&prm, mr_p);
 }
 
+/* The fault injector (a test tool). fault.status's choices, in order. */
+static const rankmem_status_t fault_statuses[] = {
+    RANKMEM_ERR_OUT_OF_MEMORY, RANKMEM_ERR_LIMIT,        RANKMEM_ERR_DEVICE,
+    RANKMEM_ERR_NOT_SUPPORTED, RANKMEM_ERR_NO_DEVICE,    RANKMEM_ERR_WRONG_DEVICE,
+    RANKMEM_ERR_INVALID_ARGUMENT, RANKMEM_ERR_INTERNAL};
+
+/* A probability: "0.01", "1e-3" or "1%", from 0 to 1. 0 and *why_p on failure. */
+static int parse_rate(const char *text, double *rate_p, const char **why_p)
+{
+    /* Plain decimals only: strtod would also take "nan", "inf" and hex. */
+    if (!(isdigit((unsigned char)text[0]) || text[0] == '.')) {
+        *why_p = "not a number";
+        return 0;
+    }
+    char *end;
+    double r = strtod(text, &end);
+    if (end == text) {
+        *why_p = "not a number";
+        return 0;
+    }
+    if (*end == '%') {
+        r /= 100;
+        end++;
+    }
+    if (*end) {
+        *why_p = "trailing characters (a decimal such as 0.01, or a percentage such as 1%)";
+        return 0;
+    }
+    if (!(r >= 0 && r <= 1)) {
+        *why_p = "not a probability from 0 to 1";
+        return 0;
+    }
+    *rate_p = r;
+    return 1;
+}
+
+static rankmem_status_t build_fault(const spec_node_t *n, rankmem_resource_t *up,
+                                    rankmem_resource_t **mr_p)
+{
+    rankmem_fault_params_t prm;
+    rankmem_fault_params_default(&prm);
+    const spec_val_t *v;
+    const char *why;
+    if ((v = val(n, "nth"))->set)
+        prm.nth = v->size;
+    if ((v = val(n, "count"))->set)
+        prm.count = v->size;
+    if ((v = val(n, "every"))->set)
+        prm.every = v->size;
+    if ((v = val(n, "rate"))->set)
+        (void)parse_rate(v->str, &prm.rate, &why); /* checked by check_fault */
+    if ((v = val(n, "seed"))->set)
+        prm.seed = v->size;
+    if ((v = val(n, "status"))->set)
+        prm.status = fault_statuses[v->num];
+    if ((v = val(n, "enabled"))->set)
+        prm.enabled = v->num;
+    return rankmem_fault_create(up, &prm, mr_p);
+}
+
 static rankmem_status_t check_vmm(parser_t *p, const spec_node_t *n);
+static rankmem_status_t check_fault(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_binning(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n);
@@ -398,6 +459,18 @@ static const spec_kind_t kinds[] = {
       {"release", V_SIZE, 0, "unbounded", NULL},
       {"prefer", V_ENUM, 0, "device", "device|host|none"}},
      NULL, build_async_managed},
+    /* issue 31: the fault injector, for tests */
+    {"fault", WRAPPER, 0, NULL,
+     {{"nth", V_SIZE, 0, "0 (none)", NULL},
+      {"count", V_SIZE, 0, "1", NULL},
+      {"every", V_SIZE, 0, "0 (none)", NULL},
+      {"rate", V_STRING, 0, "0", NULL},
+      {"seed", V_SIZE, 0, "0", NULL},
+      {"status", V_ENUM, 0, "out_of_memory",
+       "out_of_memory|limit|device|not_supported|no_device|wrong_device|invalid_argument|"
+       "internal"},
+      {"enabled", V_BOOL, 0, "1", NULL}},
+     check_fault, build_fault},
     /* issue 21 */
     {"vmm", LEAF, 1, NULL,
      {{"reserve", V_SIZE, 0, "twice the device memory (host: 64GiB)", NULL},
@@ -738,6 +811,21 @@ static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n)
         return fail(p, m->vpos, "pool.max of %zu bytes is less than the pool's unit (%zu "
                     "bytes): it could never allocate",
                     m->size, (size_t)RANKMEM_DEFAULT_ALIGNMENT);
+    return RANKMEM_SUCCESS;
+}
+
+static rankmem_status_t check_fault(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *r = val(n, "rate"), *c = val(n, "count");
+    double rate;
+    const char *why = "";
+    char q[256];
+    if (r->set && !parse_rate(r->str, &rate, &why))
+        return fail(p, r->vpos, "bad rate '%s' for fault.rate: %s",
+                    rk_quote(q, sizeof q, r->text, r->len), why);
+    if (c->set && c->size == 0)
+        return fail(p, c->vpos, "fault.count of 0 would fail no call (leave out nth, every and "
+                    "rate for none)");
     return RANKMEM_SUCCESS;
 }
 

@@ -95,6 +95,65 @@ RANKMEM_API rankmem_status_t rankmem_threadsafe_create(rankmem_resource_t *upstr
 RANKMEM_API rankmem_status_t rankmem_prefetch_create(rankmem_resource_t *upstream,
                                                      rankmem_resource_t **mr_p);
 
+/* ---- fault: fail allocations on purpose, a test tool (docs/testing.md) ----
+ *
+ * Put it under any resource ("stats>pool>fault(every=7)>system") to see
+ * what the chain above does with a failure from below. An allocate call
+ * fails when it is the nth counted call (or one of the count - 1 after
+ * it), when its number is a multiple of every (or one of the count - 1
+ * after such a multiple), or at random with probability rate; the random
+ * choice hashes seed and the call's number, so the same seed and calls
+ * fail the same calls. Calls are counted only while enabled, from the
+ * last configure (or creation). A failed call returns status and records
+ * "fault: injected failure N, allocate call I (...)" as the last error;
+ * nothing reaches the upstream. Deallocations are never failed. */
+
+typedef struct rankmem_fault_params {
+    size_t size;              /* sizeof(rankmem_fault_params_t) */
+    unsigned long long nth;   /* fail the nth counted call (1 = the next); 0: none */
+    unsigned long long count; /* calls failed in a row from each nth/every hit (default 1) */
+    unsigned long long every; /* fail calls every, 2*every, ...; 0: none */
+    double rate;              /* probability that a call fails, 0 to 1 (default 0) */
+    unsigned long long seed;  /* of the random choice (default 0) */
+    rankmem_status_t status;  /* what a failed call returns (default RANKMEM_ERR_OUT_OF_MEMORY) */
+    int enabled;              /* 0: pass everything through, count nothing (default 1) */
+} rankmem_fault_params_t;
+
+typedef struct rankmem_fault_stats {
+    size_t size;                          /* sizeof(rankmem_fault_stats_t), set by the caller */
+    unsigned long long calls;             /* allocate calls seen, enabled or not */
+    unsigned long long counted;           /* calls counted since the last configure */
+    unsigned long long injected;          /* failures injected (since creation) */
+    unsigned long long upstream_failures; /* allocations the upstream itself refused */
+    unsigned long long frees;             /* blocks the upstream took back */
+    size_t bytes_outstanding;  /* bytes the upstream lent through it and has not got back */
+    size_t blocks_outstanding; /* blocks of the above */
+    int enabled;
+} rankmem_fault_stats_t;
+
+/* Defaults: never fails (nth, every and rate 0), count 1, status
+ * RANKMEM_ERR_OUT_OF_MEMORY, enabled. */
+RANKMEM_API rankmem_status_t rankmem_fault_params_default(rankmem_fault_params_t *params_p);
+/* params NULL: the defaults. A rate outside [0, 1], count 0, a status
+ * an allocation cannot fail with (success, invalid pointer, config, busy)
+ * or a params.size of another version: RANKMEM_ERR_INVALID_ARGUMENT. */
+RANKMEM_API rankmem_status_t rankmem_fault_create(rankmem_resource_t *upstream,
+                                                  const rankmem_fault_params_t *params,
+                                                  rankmem_resource_t **mr_p);
+/* These act on the first fault resource from mr down its chain (mr may be
+ * the top of "stats>pool>fault>system"); none there:
+ * RANKMEM_ERR_INVALID_ARGUMENT. Thread-safe: a call racing a change sees
+ * each setting old or new. */
+/* New settings (checked as by create; a bad one changes nothing); the
+ * call count restarts at 0. */
+RANKMEM_API rankmem_status_t rankmem_fault_configure(rankmem_resource_t *mr,
+                                                     const rankmem_fault_params_t *params);
+/* Switch injection off (0) or on, keeping the settings and the counts. */
+RANKMEM_API rankmem_status_t rankmem_fault_enable(rankmem_resource_t *mr, int enabled);
+/* stats_p->size must be set (older, shorter structs are filled as far as they go). */
+RANKMEM_API rankmem_status_t rankmem_fault_get_stats(rankmem_resource_t *mr,
+                                                     rankmem_fault_stats_t *stats_p);
+
 #ifdef __cplusplus
 }
 #endif
