@@ -92,6 +92,26 @@ const rm_field_t rm_fields[] = {
     {"observed.events", RM_K_U64, OFF(obs.events), 0, 2, 1},
     {"observed.unmatched_frees", RM_K_U64, OFF(obs.unmatched_frees), 0, 2, 1},
     {"observed.untracked", RM_K_U64, OFF(obs.untracked), 0, 2, 1},
+    {"failure.kind", RM_K_STR, OFF(fail.kind), sizeof(((rm_record_t *)0)->fail.kind), 3, 1},
+    {"failure.trigger", RM_K_STR, OFF(fail.trigger), RM_FAIL_WORD, 3, 1},
+    {"failure.code", RM_K_INT, OFF(fail.code), 0, 3, 1},
+    {"failure.t_s", RM_K_NS_AS_S, OFF(fail.t_ns), 0, 3, 1},
+    {"failure.diagnosis", RM_K_STR, OFF(fail.diagnosis), RM_FAIL_DIAG, 3, 1},
+    {"failure.oom.count", RM_K_U64, OFF(fail.oom_count), 0, 3, 1},
+    {"failure.oom.bytes", RM_K_U64, OFF(fail.oom_bytes), 0, 3, 1},
+    {"failure.oom.stream", RM_K_U64, OFF(fail.oom_stream), 0, 3, 1},
+    {"failure.oom.t_s", RM_K_NS_AS_S, OFF(fail.oom_t_ns), 0, 3, 1},
+    {"failure.oom.api", RM_K_STR, OFF(fail.oom_api), sizeof(((rm_record_t *)0)->fail.oom_api), 3, 1},
+    {"failure.oom.source", RM_K_STR, OFF(fail.oom_source),
+     sizeof(((rm_record_t *)0)->fail.oom_source), 3, 1},
+    {"failure.oom.site", RM_K_STR, OFF(fail.oom_site), RM_SITE_TEXT, 3, 1},
+    {"failure.oom.live", RM_K_U64, OFF(fail.oom_live), 0, 3, 1},
+    {"failure.oom.pool_reserved", RM_K_U64, OFF(fail.pool_reserved), 0, 3, 1},
+    {"failure.oom.pool_live", RM_K_U64, OFF(fail.pool_live), 0, 3, 1},
+    {"failure.oom.pool_largest_free", RM_K_U64, OFF(fail.pool_largest_free), 0, 3, 1},
+    {"failure.oom.dev_free", RM_K_U64, OFF(fail.dev_free), 0, 3, 1},
+    {"failure.oom.dev_total", RM_K_U64, OFF(fail.dev_total), 0, 3, 1},
+    {"failure.oom.dev_other", RM_K_U64, OFF(fail.dev_other), 0, 3, 1},
 };
 const size_t rm_nfields = sizeof rm_fields / sizeof rm_fields[0];
 
@@ -255,6 +275,10 @@ static void reserve(rm_buf_t *b, size_t more)
 {
     if (b->oom || b->len + more + 1 <= b->cap)
         return;
+    if (b->fixed) { /* the caller's memory: never realloc (signal context) */
+        b->oom = 1;
+        return;
+    }
     size_t cap = b->cap ? b->cap : 4096;
     while (cap < b->len + more + 1)
         cap *= 2;
@@ -298,6 +322,85 @@ void rm_putc(rm_buf_t *b, char c)
     b->p[b->len] = '\0';
 }
 
+void rm_buf_fixed(rm_buf_t *b, char *mem, size_t cap)
+{
+    b->p = mem;
+    b->cap = cap;
+    b->len = 0;
+    b->oom = cap == 0;
+    b->fixed = 1;
+    if (cap)
+        mem[0] = '\0';
+}
+
+void rm_puts(rm_buf_t *b, const char *s)
+{
+    size_t n = strlen(s);
+    reserve(b, n);
+    if (b->oom)
+        return;
+    memcpy(b->p + b->len, s, n + 1);
+    b->len += n;
+}
+
+/* Integers by hand: vsnprintf is not async-signal-safe. */
+void rm_put_u64(rm_buf_t *b, uint64_t v)
+{
+    char d[24];
+    size_t i = sizeof d;
+    d[--i] = '\0';
+    do {
+        d[--i] = (char)('0' + v % 10);
+        v /= 10;
+    } while (v);
+    rm_puts(b, d + i);
+}
+
+void rm_put_i64(rm_buf_t *b, int64_t v)
+{
+    if (v < 0) {
+        rm_putc(b, '-');
+        rm_put_u64(b, (uint64_t)0 - (uint64_t)v);
+    } else {
+        rm_put_u64(b, (uint64_t)v);
+    }
+}
+
+/* Days since 1970-01-01 to a civil date (the proleptic Gregorian
+ * calendar), integers only. */
+void rm_utc_text(int64_t t, char *out, size_t cap)
+{
+    int64_t days = t >= 0 ? t / 86400 : (t - 86399) / 86400;
+    int64_t sec = t - days * 86400;
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097;
+    int64_t yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t y = yoe + era * 400, doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    int64_t mp = (5 * doy + 2) / 153, d = doy - (153 * mp + 2) / 5 + 1;
+    int64_t m = mp < 10 ? mp + 3 : mp - 9;
+    y += m <= 2;
+    int64_t v[6] = {y, m, d, sec / 3600, sec / 60 % 60, sec % 60};
+    static const char sep[6] = {'-', '-', 'T', ':', ':', '+'};
+    static const int width[6] = {4, 2, 2, 2, 2, 2};
+    char tmp[32];
+    size_t o = 0;
+    for (int k = 0; k < 6; k++) {
+        int64_t x = v[k] < 0 ? 0 : v[k];
+        for (int w = width[k] - 1; w >= 0; w--) {
+            tmp[o + (size_t)w] = (char)('0' + x % 10);
+            x /= 10;
+        }
+        o += (size_t)width[k];
+        tmp[o++] = sep[k];
+    }
+    memcpy(tmp + o, "0000", 5);
+    if (cap) {
+        size_t n = o + 4 < cap - 1 ? o + 4 : cap - 1;
+        memcpy(out, tmp, n);
+        out[n] = '\0';
+    }
+}
+
 /* Bytes outside ASCII become '?' so that the document is valid UTF-8
  * whatever a host name or spec holds. */
 void rm_json_str(rm_buf_t *b, const char *s)
@@ -305,15 +408,19 @@ void rm_json_str(rm_buf_t *b, const char *s)
     rm_putc(b, '"');
     for (; *s; s++) {
         unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\')
-            rm_printf(b, "\\%c", c);
-        else if (c == '\n')
-            rm_printf(b, "\\n");
-        else if (c == '\t')
-            rm_printf(b, "\\t");
-        else if (c < 0x20 || c == 0x7f)
-            rm_printf(b, "\\u%04x", c);
-        else
+        static const char hex[] = "0123456789abcdef";
+        if (c == '"' || c == '\\') {
+            rm_putc(b, '\\');
+            rm_putc(b, (char)c);
+        } else if (c == '\n') {
+            rm_puts(b, "\\n");
+        } else if (c == '\t') {
+            rm_puts(b, "\\t");
+        } else if (c < 0x20 || c == 0x7f) {
+            rm_puts(b, "\\u00");
+            rm_putc(b, hex[c >> 4]);
+            rm_putc(b, hex[c & 15]);
+        } else
             rm_putc(b, c >= 0x80 ? '?' : (char)c);
     }
     rm_putc(b, '"');
@@ -337,10 +444,37 @@ void rm_csv_str(rm_buf_t *b, const char *s)
 
 void rm_json_num(rm_buf_t *b, double v)
 {
-    if (isfinite(v))
+    if (!isfinite(v)) {
+        rm_puts(b, "null");
+    } else if (!b->fixed) {
         rm_printf(b, "%.12g", v); /* exact to far below what is measured */
-    else
-        rm_printf(b, "null");
+    } else if (fabs(v) < 9e15) {
+        /* Signal context: fixed point to the nanosecond, by hand. */
+        double a = fabs(v);
+        uint64_t whole = (uint64_t)a, frac = (uint64_t)((a - (double)whole) * 1e9 + 0.5);
+        if (frac >= 1000000000u) {
+            whole++;
+            frac -= 1000000000u;
+        }
+        if (v < 0)
+            rm_putc(b, '-');
+        rm_put_u64(b, whole);
+        if (frac) {
+            char d[10];
+            for (int k = 8; k >= 0; k--) {
+                d[k] = (char)('0' + frac % 10);
+                frac /= 10;
+            }
+            int n = 9;
+            while (n > 1 && d[n - 1] == '0')
+                n--;
+            d[n] = '\0';
+            rm_putc(b, '.');
+            rm_puts(b, d);
+        }
+    } else {
+        rm_put_u64(b, (uint64_t)fabs(v)); /* beyond what a record holds */
+    }
 }
 
 static const char *const state_names[] = {"off", "on", "unavailable"};
@@ -370,15 +504,15 @@ static void put_value(rm_buf_t *b, const rm_record_t *r, const rm_field_t *f, in
     switch (f->kind) {
     case RM_K_INT:
         memcpy(&i32, p, sizeof i32);
-        rm_printf(b, "%d", (int)i32);
+        rm_put_i64(b, i32);
         break;
     case RM_K_U32:
         memcpy(&u32, p, sizeof u32);
-        rm_printf(b, "%u", (unsigned)u32);
+        rm_put_u64(b, u32);
         break;
     case RM_K_U64:
         memcpy(&u64, p, sizeof u64);
-        rm_printf(b, "%llu", (unsigned long long)u64);
+        rm_put_u64(b, u64);
         break;
     case RM_K_NS_AS_S:
         memcpy(&u64, p, sizeof u64);
@@ -405,16 +539,16 @@ static void put_value(rm_buf_t *b, const rm_record_t *r, const rm_field_t *f, in
     case RM_K_FLAG:
         memcpy(&u32, p, sizeof u32);
         if (json)
-            rm_printf(b, "%s", (u32 & f->cap) ? "true" : "false");
+            rm_puts(b, (u32 & f->cap) ? "true" : "false");
         else
-            rm_printf(b, "%d", (u32 & f->cap) != 0);
+            rm_puts(b, (u32 & f->cap) ? "1" : "0");
         break;
     case RM_K_STATE:
         memcpy(&i32, p, sizeof i32);
         if (json)
             rm_json_str(b, rm_state_name(i32));
         else
-            rm_printf(b, "%s", rm_state_name(i32));
+            rm_puts(b, rm_state_name(i32));
         break;
     }
 }
@@ -439,6 +573,18 @@ static size_t comp(const char *key, size_t i, const char **start)
     return e ? (size_t)(e - p) : strlen(p);
 }
 
+/* ', "key": ' without printf (signal context). */
+static void put_key(rm_buf_t *b, int first, const char *k, size_t len)
+{
+    if (!first)
+        rm_puts(b, ", ");
+    rm_putc(b, '"');
+    for (size_t i = 0; i < len; i++)
+        rm_putc(b, k[i]);
+    rm_puts(b, "\": ");
+}
+
+/* Async-signal-safe over a fixed buffer (rm_buf_fixed): no printf. */
 void rm_json_record(rm_buf_t *b, const rm_record_t *r)
 {
     /* Nested objects open and close as the dotted keys go (the table
@@ -467,7 +613,8 @@ void rm_json_record(rm_buf_t *b, const rm_record_t *r)
         while (depth < nc) {
             const char *s;
             size_t l = comp(f->key, depth, &s);
-            rm_printf(b, "%s\"%.*s\": {", first[depth] ? "" : ", ", (int)l, s);
+            put_key(b, first[depth], s, l);
+            rm_putc(b, '{');
             first[depth] = 0;
             open[depth] = s;
             open_len[depth] = l;
@@ -476,7 +623,7 @@ void rm_json_record(rm_buf_t *b, const rm_record_t *r)
         }
         const char *leaf;
         size_t l = comp(f->key, nc, &leaf);
-        rm_printf(b, "%s\"%.*s\": ", first[depth] ? "" : ", ", (int)l, leaf);
+        put_key(b, first[depth], leaf, l);
         first[depth] = 0;
         put_value(b, r, f, 1);
     }

@@ -14,10 +14,11 @@
 #include <stdint.h>
 
 /* Bump when a field is added; the JSON report carries it as "record_version". */
-#define RM_RECORD_VERSION 2
+#define RM_RECORD_VERSION 3
 /* The JSON document's layout; schema 2 added "observed", "leaks",
- * "timeline" and "phases" (issue 19). */
-#define RM_REPORT_SCHEMA 2
+ * "timeline" and "phases" (issue 19); schema 3 the records' "failure"
+ * and the per-rank documents of a job that fails ("live_sites", issue 29). */
+#define RM_REPORT_SCHEMA 3
 
 /* flags */
 #define RM_HOST_FALLBACK 0x1u   /* no GPU: host memory */
@@ -58,6 +59,28 @@ typedef struct rm_leak {
     int32_t api, kind;
 } rm_leak_t;
 
+/* How a rank failed (record_version 3, issue 29): the event its record
+ * was written for, and the first allocation it could not get (a rank
+ * may recover from that one: the finalize report still names it). */
+#define RM_FAIL_WORD 24
+#define RM_FAIL_DIAG 320
+typedef struct rm_failure {
+    char kind[16];            /* "" none, "oom", "signal", "abort", "exit" */
+    char trigger[RM_FAIL_WORD]; /* "SIGTERM", "MPI_Abort", "exit", "out of memory" */
+    int32_t code;             /* signal number, MPI_Abort's errorcode, exit status */
+    int32_t pad_;
+    uint64_t t_ns;            /* when, since MPI_Init */
+    uint64_t oom_count;       /* allocations refused so far (0: none) */
+    uint64_t oom_bytes, oom_stream, oom_t_ns; /* the first one refused */
+    uint64_t oom_live;        /* the rank's live device bytes then */
+    uint64_t pool_reserved, pool_live, pool_largest_free; /* rankmem's chain then */
+    uint64_t dev_free, dev_total, dev_other; /* cudaMemGetInfo then; other processes */
+    char oom_api[32];         /* "rankmem_allocate", "cudaMalloc", ... */
+    char oom_source[16];      /* "rankmem" (the rank's chain) or "observed" (CUDA) */
+    char oom_site[RM_SITE_TEXT]; /* the failed request's call site */
+    char diagnosis[RM_FAIL_DIAG]; /* one sentence */
+} rm_failure_t;
+
 /* One rank's record: fixed-size and plain, so that one MPI_Gather of bytes
  * moves it (sizeof: docs/report.md, "Size"). */
 typedef struct rm_record {
@@ -89,6 +112,8 @@ typedef struct rm_record {
     uint64_t timeline[RM_TIMELINE_BUCKETS]; /* the program's GPU bytes, max per bucket */
     int32_t nleaks, pad2_;
     rm_leak_t leaks[RM_LEAK_TOP];           /* largest live sites (not written per rank) */
+    /* record_version 3 (issue 29) */
+    rm_failure_t fail;
 } rm_record_t;
 
 /* ---- the field table: every value of a record, its JSON key (a dotted
@@ -180,7 +205,16 @@ typedef struct {
     char *p;
     size_t len, cap;
     int oom;
+    int fixed; /* p is the caller's, cap bytes: never grown (signal context) */
 } rm_buf_t;
+
+/* A buffer over the caller's memory: the writers below then neither
+ * allocate nor call stdio, and are async-signal-safe (a record written
+ * from a signal handler, mpi/failure.c). Past cap, oom is set. */
+void rm_buf_fixed(rm_buf_t *b, char *mem, size_t cap);
+void rm_puts(rm_buf_t *b, const char *s);
+void rm_put_u64(rm_buf_t *b, uint64_t v);
+void rm_put_i64(rm_buf_t *b, int64_t v);
 
 void rm_printf(rm_buf_t *b, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
 void rm_putc(rm_buf_t *b, char c);
@@ -193,6 +227,10 @@ void rm_json_record(rm_buf_t *b, const rm_record_t *r);
 /* The CSV header line and a record's row (the table's csv fields). */
 void rm_csv_header(rm_buf_t *b);
 void rm_csv_row(rm_buf_t *b, const rm_record_t *r);
+
+/* A UTC time as "YYYY-mm-ddTHH:MM:SS+0000", from integers only
+ * (async-signal-safe; cap >= 25). */
+void rm_utc_text(int64_t epoch_s, char *out, size_t cap);
 
 /* "on", "off", "unavailable"; -1 for another word. */
 const char *rm_state_name(int state);

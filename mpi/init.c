@@ -177,6 +177,17 @@ static const char *table_option(const char *name)
     return NULL;
 }
 
+const char *rk_mpi_table_option(const char *name) { return table_option(name); }
+
+void rk_mpi_bad_setting(const char *fmt, ...)
+{
+    va_list ap;
+    va_start(ap, fmt);
+    if (!bad_setting[0])
+        vsnprintf(bad_setting, sizeof bad_setting, fmt, ap);
+    va_end(ap);
+}
+
 /* An option the plugin reads itself when librankmem's table lacks it, with
  * the same strictness for booleans. */
 static int bool_option(const char *name, int def)
@@ -316,6 +327,7 @@ void rk_mpi_pre_init(void)
     pre_done = 1;
     verbose = bool_option("RANKMEM_MPI_VERBOSE", 0);
     observe_options();
+    rk_fail_options(); /* RANKMEM_ON_FAILURE, RANKMEM_REPORT_INTERVAL (failure.c) */
 
     const char *b = table_option("RANKMEM_BIND");
     if (b) {
@@ -503,6 +515,9 @@ void rk_mpi_post_init(int rc)
                    spec_text, flags & RK_MPI_HOST_FALLBACK ? ", host fallback (no GPU)" : "",
                    flags & RK_MPI_SHARED_GPU ? ", device shared with another rank" : "",
                    flags & RK_MPI_BIND_MISMATCH ? ", launcher and communicator disagree" : "");
+    /* The record of a failure (failure.c): signal handlers after the MPI
+     * library's, so that they chain to its own. */
+    rk_fail_start(world_rank, world_size);
     /* Last: the rank's resource, device and communicator are all set. */
     if (intercept_mode)
         rk_icpt_set_active(1);
@@ -535,6 +550,8 @@ void rk_mpi_pre_finalize(void)
     if (fini_done)
         return;
     fini_done = 1;
+    /* From here an exit() is not a failure; the interval thread stops. */
+    rk_fail_finishing();
     /* Blocks served until now are still served back when freed. */
     rk_icpt_set_active(0);
     if (active) {
@@ -545,6 +562,7 @@ void rk_mpi_pre_finalize(void)
             (void)rk_mpi_report_write(report_comm, NULL);
             PMPI_Comm_free(&report_comm);
         }
+        rk_fail_finished(); /* the rank's failure file is in the report now */
     }
     if (intercept_mode) {
         uint64_t live = 0, served = 0, fwd[RK_ICPT_NREASONS];
@@ -616,6 +634,7 @@ void rk_mpi_fill_record(rk_mpi_record_t *rec)
         rec->wall_s = (double)(rk_mpi_now_ns() - init_ns) * 1e-9;
     if (rk_mpi_staging_counters)
         rk_mpi_staging_counters(&rec->staged_bytes, &rec->staged_messages, &rec->staged_ns);
+    rk_fail_fill(&rec->fail); /* an out-of-memory the rank lived through */
 }
 
 /* ---- public ---- */

@@ -219,8 +219,11 @@ static int serve(rankmem_resource_t *mr, void **devPtr, size_t size, cudaStream_
                  rk_obs_api_t api, const void *ra)
 {
     void *p = NULL;
-    if (rankmem_allocate_async(mr, size, SERVED_ALIGNMENT, (rankmem_stream_t)stream, &p) !=
-        RANKMEM_SUCCESS) {
+    rk_fail_defer++; /* a refusal here is not the rank's: CUDA is asked next */
+    rankmem_status_t st =
+        rankmem_allocate_async(mr, size, SERVED_ALIGNMENT, (rankmem_stream_t)stream, &p);
+    rk_fail_defer--;
+    if (st != RANKMEM_SUCCESS) {
         rankmem_clear_error();
         return -1;
     }

@@ -29,6 +29,12 @@ typedef rm_record_t rk_mpi_record_t;
 /* init.c: fill *rec with this rank's state now (any thread, after init). */
 RK_MPI_HIDDEN void rk_mpi_fill_record(rk_mpi_record_t *rec);
 
+/* report.c: the record now with what the report adds (observed memory,
+ * the timeline over [0, now]) and, when texts is not NULL, the rank's
+ * largest live sites (rec->leaks, their words in texts[RM_LEAK_TOP]).
+ * Not collective; a normal context (it allocates, locks, resolves). */
+RK_MPI_HIDDEN void rk_mpi_fill_now(rk_mpi_record_t *rec, char (*texts)[RM_SITE_TEXT]);
+
 /* report.c: gather every rank's record over comm (collective) and write the
  * report at rank 0. path == NULL: follow RANKMEM_REPORT / RANKMEM_REPORT_FORMAT;
  * otherwise a path template (as RANKMEM_REPORT). Returns MPI_SUCCESS, or an

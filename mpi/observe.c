@@ -463,6 +463,70 @@ static void driver_exit(CUpti_CallbackId cbid, const void *params)
     }
 }
 
+/* An allocation CUDA refused for lack of memory: the rank's failure
+ * record (failure.c; weak, so that the callback's unit test links this
+ * file alone and may catch it). Not when rankmem's own code asked: its
+ * chain reports its own refusals. */
+#pragma weak rk_fail_oom
+static void runtime_oom(CUpti_CallbackId cbid, const void *params)
+{
+    uint64_t bytes = 0;
+    int api;
+    switch (cbid) {
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMalloc_v3020:
+        bytes = ((const cudaMalloc_v3020_params *)params)->size;
+        api = RK_OBS_API_CUDA_MALLOC;
+        break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocManaged_v6000:
+        bytes = ((const cudaMallocManaged_v6000_params *)params)->size;
+        api = RK_OBS_API_CUDA_MALLOC_MANAGED;
+        break;
+    case CUPTI_RUNTIME_TRACE_CBID_cudaMallocPitch_v3020: {
+        const cudaMallocPitch_v3020_params *p = params;
+        bytes = (uint64_t)p->width * p->height;
+        api = RK_OBS_API_CUDA_MALLOC_PITCH;
+        break;
+    }
+    default:
+        return;
+    }
+    if (rk_fail_oom && rk_obs_internal_depth == 0)
+        rk_fail_oom(api, "observed", bytes, 0, NULL, 0);
+}
+
+static void driver_oom(CUpti_CallbackId cbid, const void *params)
+{
+    uint64_t bytes = 0, stream = 0;
+    int api = RK_OBS_API_CU_MEM_ALLOC;
+    switch (cbid) {
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAlloc_v2:
+        bytes = ((const cuMemAlloc_v2_params *)params)->bytesize;
+        break;
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync: {
+        const cuMemAllocAsync_params *p = params;
+        bytes = p->bytesize;
+        stream = (uint64_t)(uintptr_t)p->hStream;
+        api = rk_obs_caller_api ? rk_obs_caller_api : RK_OBS_API_CU_MEM_ALLOC_ASYNC;
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocAsync_ptsz: {
+        const cuMemAllocAsync_ptsz_params *p = params;
+        bytes = p->bytesize;
+        stream = (uint64_t)(uintptr_t)p->hStream;
+        api = rk_obs_caller_api ? rk_obs_caller_api : RK_OBS_API_CU_MEM_ALLOC_ASYNC;
+        break;
+    }
+    case CUPTI_DRIVER_TRACE_CBID_cuMemAllocManaged:
+        bytes = ((const cuMemAllocManaged_params *)params)->bytesize;
+        api = RK_OBS_API_CU_MEM_ALLOC_MANAGED;
+        break;
+    default:
+        return;
+    }
+    if (rk_fail_oom && rk_obs_internal_depth == 0)
+        rk_fail_oom(api, "observed", bytes, stream, NULL, 0);
+}
+
 static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
                                  CUpti_CallbackId cbid, const void *cbdata)
 {
@@ -480,6 +544,9 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
             rt_depth--;
         if (d->functionReturnValue && *(const cudaError_t *)d->functionReturnValue == cudaSuccess)
             runtime_exit(cbid, d->functionParams);
+        else if (d->functionReturnValue &&
+                 *(const cudaError_t *)d->functionReturnValue == cudaErrorMemoryAllocation)
+            runtime_oom(cbid, d->functionParams);
         return;
     }
     if (domain != CUPTI_CB_DOMAIN_DRIVER_API || rt_depth > 0)
@@ -488,6 +555,9 @@ static void CUPTIAPI on_callback(void *userdata, CUpti_CallbackDomain domain,
         driver_enter(cbid, d->functionParams);
     else if (d->functionReturnValue && *(const CUresult *)d->functionReturnValue == CUDA_SUCCESS)
         driver_exit(cbid, d->functionParams);
+    else if (d->functionReturnValue &&
+             *(const CUresult *)d->functionReturnValue == CUDA_ERROR_OUT_OF_MEMORY)
+        driver_oom(cbid, d->functionParams);
 }
 
 /* tests/observe_unit/callback.t feeds the callback by hand, as CUPTI would. */

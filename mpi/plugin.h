@@ -107,6 +107,38 @@ RK_MPI_HIDDEN void rk_mpi_post_init(int rc);
 /* Before the MPI library's finalize: the report. Idempotent. */
 RK_MPI_HIDDEN void rk_mpi_pre_finalize(void);
 
+/* An option of librankmem's table, checked (NULL with the reason kept as
+ * the bad setting when it does not pass); a bad setting of the plugin's own
+ * (every rank then stops after MPI_Init, init.c). */
+RK_MPI_HIDDEN const char *rk_mpi_table_option(const char *name);
+RK_MPI_HIDDEN void rk_mpi_bad_setting(const char *fmt, ...) RK_MPI_PRINTF(1, 2);
+
+/* ---- the record of a failed rank (failure.c, issue 29) ---- */
+
+/* Before PMPI_Init: RANKMEM_ON_FAILURE and RANKMEM_REPORT_INTERVAL. */
+RK_MPI_HIDDEN void rk_fail_options(void);
+/* After MPI_Init: the rank's file, the signal handlers, exit's hook, the
+ * interval thread. */
+RK_MPI_HIDDEN void rk_fail_start(int world_rank, int world_size);
+/* At MPI_Finalize: before the report (exit is no longer a failure, the
+ * interval thread stops) and after it (the rank's file is removed). */
+RK_MPI_HIDDEN void rk_fail_finishing(void);
+RK_MPI_HIDDEN void rk_fail_finished(void);
+/* An allocation the rank could not get: api (rk_obs_api_t), source
+ * "rankmem" or "observed", the request; frames: its call site, or NULL to
+ * take the caller's. The first is described and written; later ones
+ * counted. Normal context only. */
+RK_MPI_HIDDEN void rk_fail_oom(int api, const char *source, uint64_t bytes, uint64_t stream,
+                               void *const *frames, int nframes);
+/* The out-of-memory part of a record (zeros when there was none). */
+RK_MPI_HIDDEN void rk_fail_fill(rm_failure_t *f);
+/* The rank's failure file, NULL when none is written. */
+RK_MPI_HIDDEN const char *rk_fail_path(void);
+/* Set while rankmem's cudaMalloc interposer asks the chain: a refusal
+ * there is not the rank's (CUDA is asked next). Per thread; in timing.c,
+ * which reads it. */
+extern __thread int rk_fail_defer __attribute__((visibility("hidden")));
+
 /* MPI_COMM_WORLD's rank once MPI_Init returned, else -1. */
 RK_MPI_HIDDEN int rk_mpi_world_rank(void);
 

@@ -1328,3 +1328,54 @@ size_t rk_obs_phases(rk_obs_phase_t *out, size_t max)
     pthread_mutex_unlock(&R.tl_lock);
     return n;
 }
+
+/* For a signal handler (mpi/failure.c): the counters read with atomic
+ * loads only, and the timeline copied when its lock is free. A handler
+ * must not wait for a lock that the thread it interrupted may hold, so
+ * the lock is tried, never taken: when it is busy, the timeline is left
+ * out (*ntl = 0) and the closed phases' peak may be missed. Neither
+ * allocates. */
+int rk_obs_snapshot_try(rk_obs_summary_t *s, rk_obs_sample_t *tl, size_t max, size_t *ntl)
+{
+    *ntl = 0;
+    memset(s, 0, sizeof *s);
+    if (!rk_obs_enabled())
+        return -1;
+    uint64_t gen = __atomic_load_n(&R.gen, __ATOMIC_ACQUIRE);
+    int locked = pthread_mutex_trylock(&R.tl_lock) == 0;
+    if (locked && !R.samples) {
+        pthread_mutex_unlock(&R.tl_lock);
+        return -1;
+    }
+    uint64_t now = now_ns();
+    s->now_ns = now;
+    for (int src = 0; src < RK_OBS_NSOURCES; src++)
+        for (int kind = 0; kind < RK_OBS_NKINDS; kind++) {
+            ctr_view_t v = ctr_view(CTR_BY(src, kind), gen, now);
+            view_to_counts(&s->by[src][kind], &v);
+        }
+    for (int kind = 0; kind < RK_OBS_NKINDS; kind++) {
+        ctr_view_t v = ctr_view(CTR_PROGRAM(kind), gen, now);
+        view_to_counts(&s->program[kind], &v);
+    }
+    ctr_view_t v = ctr_view(CTR_GPU, gen, now);
+    if (locked && R.closed_peak > v.peak) {
+        v.peak = R.closed_peak;
+        v.peak_ns = R.closed_peak_ns;
+    }
+    view_to_counts(&s->program_gpu, &v);
+    FOR_SLOTS(sl, gen) {
+        s->events += __atomic_load_n(&sl->events, __ATOMIC_RELAXED);
+        s->unmatched_frees += __atomic_load_n(&sl->unmatched, __ATOMIC_RELAXED);
+        s->untracked += __atomic_load_n(&sl->untracked, __ATOMIC_RELAXED);
+    }
+    if (locked) {
+        fold_all_pending(gen);
+        size_t n = R.nsamples < max ? R.nsamples : max;
+        if (tl && n)
+            memcpy(tl, R.samples, n * sizeof *tl);
+        *ntl = tl ? n : 0;
+        pthread_mutex_unlock(&R.tl_lock);
+    }
+    return 0;
+}

@@ -235,4 +235,11 @@ typedef struct rk_obs_phase {
 
 RK_MPI_HIDDEN size_t rk_obs_phases(rk_obs_phase_t *out, size_t max);
 
+/* Async-signal-safe (mpi/failure.c): the summary's counters (sites and
+ * bytes_used left 0) and, when the timeline's lock is free, up to max of
+ * its samples (*ntl: how many; 0 when the lock was busy). No lock is
+ * waited for, nothing allocated. -1 when the recorder is not running. */
+RK_MPI_HIDDEN int rk_obs_snapshot_try(rk_obs_summary_t *s, rk_obs_sample_t *tl, size_t max,
+                                      size_t *ntl);
+
 #endif

@@ -1443,6 +1443,20 @@ static void my_record(rk_mpi_record_t *rec, int active)
         rec->host[0] = '\0';
 }
 
+void rk_mpi_fill_now(rk_mpi_record_t *rec, char (*texts)[RM_SITE_TEXT])
+{
+    rk_mpi_fill_record(rec);
+    uint64_t now = fill_observed(rec);
+    if (texts) {
+        fill_timeline_and_sites(rec, now, 1, (site_text_t *)texts);
+    } else {
+        site_text_t *none = calloc(1, sizeof *none);
+        if (none)
+            fill_timeline_and_sites(rec, now, 0, none);
+        free(none);
+    }
+}
+
 /* Phases, matched by index across ranks (names from rank 0): four
  * reductions of fixed size, whatever the number of ranks. */
 static int reduce_phases(MPI_Comm comm, int rank, extras_t *x)

@@ -45,6 +45,7 @@
  * thread-local increment around the upstream call. */
 #define _GNU_SOURCE
 #include "timing.h"
+#include "plugin.h" /* rk_fail_oom */
 #include "recorder.h" /* rk_obs_internal_depth */
 
 /* Raised around every upstream call: initial-exec (the plugin is loaded
@@ -208,6 +209,30 @@ static __attribute__((noinline)) rankmem_status_t timed_deallocate(timing_t *t, 
 /* The complete call: the slot looked up (or made), the call timed if its
  * turn has come. The fast paths below come here for anything but an
  * untimed call from a thread whose slot is cached. */
+/* The rank's chain could not serve a request (out of memory, or a limit
+ * reached): the rank's failure record (failure.c), unless rankmem's
+ * cudaMalloc interposer asked, which asks CUDA next. The error is kept
+ * for the caller. */
+#pragma weak rk_fail_oom /* failure.c: the unit test links timing.c alone */
+__thread int rk_fail_defer;
+
+static __attribute__((noinline, cold)) void refused(size_t bytes, rankmem_stream_t stream)
+{
+    if (rk_fail_defer || !rk_fail_oom)
+        return;
+    /* The chain's detail is the caller's to read, and the record's
+     * queries may replace it: kept and put back into the thread's buffer
+     * (librankmem's own, src/status.c: rankmem_last_error returns it). */
+    const char *e = rankmem_last_error();
+    char keep[512];
+    size_t n = strnlen(e, sizeof keep - 1);
+    memcpy(keep, e, n);
+    keep[n] = '\0';
+    rk_fail_oom(RK_OBS_API_RANKMEM, "rankmem", bytes, (uint64_t)(uintptr_t)stream, NULL, 0);
+    e = rankmem_last_error();
+    memcpy((char *)e, keep, n + 1);
+}
+
 static __attribute__((noinline)) rankmem_status_t allocate_slow(timing_t *t, size_t bytes,
                                                                 size_t alignment,
                                                                 rankmem_stream_t stream,
@@ -224,6 +249,8 @@ static __attribute__((noinline)) rankmem_status_t allocate_slow(timing_t *t, siz
     rk_obs_internal_depth--;
     if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
         rk_mpi_staging_forget(*ptr_p, bytes);
+    else if (RK_MPI_UNLIKELY(st == RANKMEM_ERR_OUT_OF_MEMORY || st == RANKMEM_ERR_LIMIT))
+        refused(bytes, stream);
     return st;
 }
 
@@ -269,6 +296,8 @@ static rankmem_status_t timing_allocate(rankmem_resource_t *mr, size_t bytes, si
     rk_obs_internal_depth--;
     if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
         return forget(*ptr_p, bytes); /* a tail call: st need not live across it */
+    if (RK_MPI_UNLIKELY(st == RANKMEM_ERR_OUT_OF_MEMORY || st == RANKMEM_ERR_LIMIT))
+        refused(bytes, stream);
     return st;
 }
 
@@ -329,6 +358,8 @@ static __attribute__((noinline)) rankmem_status_t view_timed_allocate(timing_t *
     rk_obs_internal_depth--;
     if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
         rk_mpi_staging_forget(*ptr_p, bytes);
+    else if (RK_MPI_UNLIKELY(st == RANKMEM_ERR_OUT_OF_MEMORY || st == RANKMEM_ERR_LIMIT))
+        refused(bytes, stream);
     return st;
 }
 
@@ -358,6 +389,8 @@ static rankmem_status_t view_allocate(rankmem_resource_t *mr, size_t bytes, size
     rk_obs_internal_depth--;
     if (st == RANKMEM_SUCCESS && rk_mpi_staging_forget)
         return forget(*ptr_p, bytes);
+    if (RK_MPI_UNLIKELY(st == RANKMEM_ERR_OUT_OF_MEMORY || st == RANKMEM_ERR_LIMIT))
+        refused(bytes, stream);
     return st;
 }
 

@@ -292,6 +292,7 @@ static rankmem_status_t check_spec(const char *name, const char *value);
 static rankmem_status_t check_backtrace(const char *name, const char *value);
 static rankmem_status_t check_timing_sample(const char *name, const char *value);
 static rankmem_status_t check_max_blocks(const char *name, const char *value);
+static rankmem_status_t check_duration(const char *name, const char *value);
 
 /* Later issues add their options here; rankmem-info -c and docs/configuration.md
  * list them all. */
@@ -310,6 +311,14 @@ static const option_def_t defs[] = {
     {"RANKMEM_REPORT_FORMAT", RANKMEM_OPTION_LIST, "text",
      "formats of the MPI report, comma-separated: text, json, csv, timeline (the timeline CSV)",
      NULL, NULL},
+    {"RANKMEM_ON_FAILURE", RANKMEM_OPTION_ENUM, "report",
+     "MPI plugin: each rank writes its own record when it runs out of memory, calls MPI_Abort, "
+     "exits before MPI_Finalize or is ended by a signal (report), or not (off)",
+     "report|off", NULL},
+    {"RANKMEM_REPORT_INTERVAL", RANKMEM_OPTION_STRING, "off",
+     "MPI plugin: each rank rewrites its own record at this period (10s, 500ms, 2m, 1h; off), "
+     "so that a rank killed without a signal it can catch leaves its last one",
+     NULL, check_duration},
     {"RANKMEM_STAGING", RANKMEM_OPTION_ENUM, "auto",
      "stage device buffers through pinned host memory for MPI (auto: when MPI is not CUDA-aware)",
      "auto|on|off", NULL},
@@ -583,6 +592,32 @@ static rankmem_status_t check_max_blocks(const char *name, const char *value)
     if (n == 0 || n > OBSERVE_MAX_BLOCKS_LIMIT)
         return rk_error(RANKMEM_ERR_CONFIG, "%s: %zu is out of range: expected 1 to %zu blocks",
                         name, n, OBSERVE_MAX_BLOCKS_LIMIT);
+    return RANKMEM_SUCCESS;
+}
+
+/* RANKMEM_REPORT_INTERVAL: off (or 0), or a number with s (the default),
+ * ms, m or h; 10 ms at least (the MPI plugin parses the same words,
+ * mpi/failure.c). */
+static rankmem_status_t check_duration(const char *name, const char *value)
+{
+    if (!*value || strcmp(value, "off") == 0)
+        return RANKMEM_SUCCESS;
+    char *end;
+    errno = 0;
+    double v = strtod(value, &end);
+    double mul = 1.0;
+    if (strcmp(end, "ms") == 0)
+        mul = 1e-3;
+    else if (strcmp(end, "m") == 0 || strcmp(end, "min") == 0)
+        mul = 60.0;
+    else if (strcmp(end, "h") == 0)
+        mul = 3600.0;
+    else if (*end && strcmp(end, "s") != 0)
+        end = NULL;
+    if (errno || !end || end == value || !(v >= 0) || v > 1e7 || (v > 0 && v * mul < 0.01))
+        return rk_error(RANKMEM_ERR_CONFIG,
+                        "%s: bad duration '%.48s': expected off or a number of s, ms, m or h, "
+                        "10ms at least (10s, 500ms, 2m)", name, value);
     return RANKMEM_SUCCESS;
 }
 
