@@ -18,12 +18,14 @@
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #ifndef PACKAGE_VERSION
 #define PACKAGE_VERSION "unknown"
 #endif
 
 #define PROG "rankmem-report"
+#define MAX_FILES 4096 /* per-rank files on the command line; more: their directory */
 
 typedef struct {
     size_t top;          /* top ranks by peak, and ranks shown in a comparison */
@@ -41,6 +43,7 @@ static void usage(FILE *f)
 {
     fprintf(f,
             "usage: " PROG " [options] REPORT      summary of a report (JSON or CSV; - is stdin)\n"
+            "       " PROG " [options] DIR|FILE... a failed job: its per-rank records\n"
             "       " PROG " --compare OLD NEW     what changed between two runs\n"
             "\n"
             "options:\n"
@@ -516,8 +519,93 @@ static void print_phases(FILE *o, const rr_analysis_t *a)
     }
 }
 
+/* A failed job first (issue 29): which ranks failed and how, the
+ * diagnosis, the sites live at the failure, the ranks that wrote nothing;
+ * and, in any report, the out-of-memory events ranks lived through. */
+static void print_failure(FILE *o, const rr_analysis_t *a)
+{
+    const rr_report_t *rep = a->rep;
+    char b1[48], b2[48];
+    size_t nfail = 0, noom = 0;
+    for (size_t i = 0; i < rep->n; i++) {
+        nfail += rep->ranks[i].fail.kind[0] != 0;
+        noom += rep->ranks[i].fail.oom_count > 0;
+    }
+    if (!rep->assembled && !noom)
+        return;
+    if (rep->assembled) {
+        fprintf(o, "failure: %zu of %d ranks failed; %zu wrote no record", nfail,
+                rep->world_size, rep->nmissing);
+        if (rep->nbad)
+            fprintf(o, "; %zu file%s could not be read (see above)", rep->nbad,
+                    rep->nbad == 1 ? "" : "s");
+        fprintf(o, "\n");
+    } else {
+        fprintf(o, "allocations refused (%zu rank%s lived through them)\n", noom,
+                noom == 1 ? "" : "s");
+    }
+    for (size_t i = 0; i < rep->n; i++) {
+        const rr_rank_t *r = &rep->ranks[i];
+        const rr_source_t *sc = rep->src ? &rep->src[i] : NULL;
+        if (!r->fail.kind[0] && !r->fail.oom_count)
+            continue;
+        fprintf(o, "  rank %d (%s):", r->rank, r->host);
+        if (strcmp(r->fail.kind, "signal") == 0)
+            fprintf(o, " %s (signal %d)", r->fail.trigger, r->fail.code);
+        else if (strcmp(r->fail.kind, "abort") == 0)
+            fprintf(o, " MPI_Abort (errorcode %d)", r->fail.code);
+        else if (strcmp(r->fail.kind, "exit") == 0)
+            fprintf(o, " exit(%d) before MPI_Finalize", r->fail.code);
+        else if (strcmp(r->fail.kind, "oom") == 0)
+            fprintf(o, " out of memory");
+        else
+            fprintf(o, " recovered");
+        if (r->fail.kind[0])
+            fprintf(o, " at %.3f s", (double)r->fail.t_ns / 1e9);
+        fprintf(o, ", %s live\n", rr_fmt_bytes(b1, sizeof b1, (double)(
+                    r->obs.gpu.current > r->bytes_current ? r->obs.gpu.current
+                                                          : r->bytes_current)));
+        if (r->fail.oom_count)
+            fprintf(o, "    %llu allocation%s refused; the first: %s of %s (%s, %s) at %.3f s\n",
+                    (unsigned long long)r->fail.oom_count, r->fail.oom_count == 1 ? "" : "s",
+                    r->fail.oom_api, rr_fmt_bytes(b2, sizeof b2, (double)r->fail.oom_bytes),
+                    r->fail.oom_source, r->fail.oom_site[0] ? r->fail.oom_site : "no call site",
+                    (double)r->fail.oom_t_ns / 1e9);
+        if (r->fail.diagnosis[0])
+            fprintf(o, "    %s\n", r->fail.diagnosis);
+        for (size_t k = 0; sc && k < sc->nlive && k < 4; k++)
+            fprintf(o, "    live: %s: %s in %llu block%s\n", sc->live[k].site,
+                    rr_fmt_bytes(b1, sizeof b1, (double)sc->live[k].bytes),
+                    (unsigned long long)sc->live[k].count, sc->live[k].count == 1 ? "" : "s");
+    }
+    if (rep->assembled) {
+        size_t last = 0;
+        for (size_t i = 0; i < rep->n; i++)
+            last += !rep->ranks[i].fail.kind[0];
+        if (last) {
+            fprintf(o, "  %zu rank%s left only a periodic record (killed without a signal it "
+                       "could catch, or still running):", last, last == 1 ? "" : "s");
+            size_t shown = 0;
+            for (size_t i = 0; i < rep->n && shown < 16; i++)
+                if (!rep->ranks[i].fail.kind[0])
+                    fprintf(o, "%s %d (%.3f s)", shown++ ? "," : "", rep->ranks[i].rank,
+                            isfinite(rep->ranks[i].wall_s) ? rep->ranks[i].wall_s : 0.0);
+            fprintf(o, "%s\n", last > shown ? ", ..." : "");
+        }
+        if (rep->nmissing) {
+            fprintf(o, "  no record from %zu rank%s (killed before they could write, or no "
+                       "file):", rep->nmissing, rep->nmissing == 1 ? "" : "s");
+            for (size_t k = 0; k < rep->nmissing && k < 32; k++)
+                fprintf(o, "%s %d", k ? "," : "", rep->missing[k]);
+            fprintf(o, "%s\n", rep->nmissing > 32 ? ", ..." : "");
+        }
+    }
+    fprintf(o, "\n");
+}
+
 static void print_report(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
+    print_failure(o, a);
     print_job(o, a);
     print_nodes(o, a, op);
     print_aggregates(o, a);
@@ -798,7 +886,7 @@ static int load(const char *path, rr_report_t *rep, rr_analysis_t *a)
 int main(int argc, char **argv)
 {
     opts_t op = {10, 20, 32, 10, 50, 0, NULL, NULL, 0, {0, 200, RR_CAP_AUTO, 0}};
-    const char *files[2] = {NULL, NULL};
+    static const char *files[MAX_FILES];
     int nfiles = 0, cmp = 0;
 
     for (int i = 1; i < argc; i++) {
@@ -887,8 +975,8 @@ int main(int argc, char **argv)
         } else {
             if (val)
                 return usage_error("unknown option '%s'", argv[i]);
-            if (nfiles == 2)
-                return usage_error("too many files ('%s')", arg);
+            if (nfiles == MAX_FILES)
+                return usage_error("too many files ('%s'); give their directory", arg);
             files[nfiles++] = arg;
         }
 #undef NEEDS_VALUE
@@ -919,9 +1007,11 @@ int main(int argc, char **argv)
             rc = 1;
         return rc;
     }
-    if (nfiles != 1)
-        return usage_error(nfiles ? "one report at a time (--compare OLD NEW for two)"
-                                  : "which report? (a .json or .csv file, or -)");
+    struct stat dst;
+    int job = nfiles > 1 || (nfiles == 1 && stat(files[0], &dst) == 0 && S_ISDIR(dst.st_mode));
+    if (nfiles < 1)
+        return usage_error("which report? (a .json or .csv file, -, or a failed job's "
+                           "directory or per-rank files)");
     if (op.svg && op.html && strcmp(op.svg, "-") == 0 && strcmp(op.html, "-") == 0)
         return usage_error("--svg and --html cannot both go to stdout");
     if ((op.svg && strcmp(op.svg, files[0]) == 0) || (op.html && strcmp(op.html, files[0]) == 0))
@@ -929,9 +1019,21 @@ int main(int argc, char **argv)
 
     rr_report_t rep;
     rr_analysis_t a;
-    if (load(files[0], &rep, &a) != 0)
-        return 1;
     int rc = 0;
+    if (job) {
+        /* A failed job: every rank's own file; what cannot be read is
+         * named and the rest reported (exit status 1 then). */
+        if (rr_load_job(files, (size_t)nfiles, &rep, stderr) != 0)
+            return 1;
+        if (rr_analyse(&rep, &a) != 0) {
+            fprintf(stderr, PROG ": out of memory\n");
+            rr_report_free(&rep);
+            return 1;
+        }
+        rc = rep.nbad ? 1 : 0;
+    } else if (load(files[0], &rep, &a) != 0) {
+        return 1;
+    }
     int picture_to_stdout = (op.svg && strcmp(op.svg, "-") == 0) ||
                             (op.html && strcmp(op.html, "-") == 0);
     if (!op.quiet && !picture_to_stdout)

@@ -9,12 +9,14 @@
 #include "report.h"
 #include "json.h"
 
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 
 /* A reading in progress: where messages go. */
@@ -66,6 +68,26 @@ void rr_report_free(rr_report_t *rep)
         free(rep->leaks[i].kind);
     }
     free(rep->leaks);
+    for (size_t i = 0; i < rep->nlive; i++) {
+        free(rep->live[i].site);
+        free(rep->live[i].api);
+        free(rep->live[i].kind);
+    }
+    free(rep->live);
+    for (size_t i = 0; rep->src && i < rep->n; i++) {
+        rr_source_t *sc = &rep->src[i];
+        free(sc->file);
+        free(sc->phase);
+        free(sc->trigger);
+        for (size_t k = 0; k < sc->nlive; k++) {
+            free(sc->live[k].site);
+            free(sc->live[k].api);
+            free(sc->live[k].kind);
+        }
+        free(sc->live);
+    }
+    free(rep->src);
+    free(rep->missing);
     for (size_t i = 0; i < rep->nphases; i++)
         free(rep->phases[i].name);
     free(rep->phases);
@@ -584,6 +606,41 @@ static int read_schema2(rctx_t *c, const json_value_t *root, rr_report_t *rep)
     return read_extras(c, root, rep);
 }
 
+/* Schema 3 (issue 29): schema 2's, records with "failure", and in a
+ * rank's own document (a failed job) the sites live at its failure. */
+static int read_schema3(rctx_t *c, const json_value_t *root, rr_report_t *rep)
+{
+    if (read_schema2(c, root, rep))
+        return -1;
+    int err;
+    const json_value_t *ls = json_array_of(c, root, "live_sites", "live_sites", &err);
+    if (err)
+        return -1;
+    if (ls && ls->count) {
+        rep->live = calloc(ls->count, sizeof *rep->live);
+        if (!rep->live) {
+            fail(c, 0, 0, "out of memory");
+            return -1;
+        }
+        for (size_t i = 0; i < ls->count; i++) {
+            const json_value_t *o = ls->items[i];
+            rr_site_t *l = &rep->live[i];
+            rep->nlive = i + 1;
+            if (o->type != JSON_OBJECT) {
+                fail(c, o->line, o->column, "live_sites[%zu]: expected an object", i);
+                return -1;
+            }
+            if (json_req(c, o, "site", K_STR, &l->site, "live_sites[].") ||
+                json_opt(c, o, "api", K_STR, &l->api, "live_sites[].") ||
+                json_opt(c, o, "kind", K_STR, &l->kind, "live_sites[].") ||
+                json_req(c, o, "bytes", K_U64, &l->bytes, "live_sites[].") ||
+                json_opt(c, o, "count", K_U64, &l->count, "live_sites[]."))
+                return -1;
+        }
+    }
+    return 0;
+}
+
 /* One reader per schema we ever wrote; a new layout adds a line here (and
  * keeps the old readers: old reports stay readable). */
 static const struct {
@@ -592,6 +649,7 @@ static const struct {
 } json_readers[] = {
     {1, read_schema1},
     {2, read_schema2},
+    {3, read_schema3},
 };
 #define NREADERS (sizeof json_readers / sizeof json_readers[0])
 
@@ -1091,4 +1149,247 @@ int rr_load(const char *path, rr_report_t *rep, char *err, size_t cap)
     int rc = rr_load_buffer(path, buf, len, rep, err, cap);
     free(buf);
     return rc;
+}
+
+/* ------------------------------------------------------------------------
+ * A job from per-rank files (issue 29). */
+
+
+/* "x.rank-12.json" */
+static int rank_file_name(const char *name)
+{
+    const char *r = strstr(name, ".rank-");
+    if (!r)
+        return 0;
+    r += 6;
+    if (*r < '0' || *r > '9')
+        return 0;
+    while (*r >= '0' && *r <= '9')
+        r++;
+    return strcmp(r, ".json") == 0;
+}
+
+static int cmp_str(const void *a, const void *b)
+{
+    return strcmp(*(char *const *)a, *(char *const *)b);
+}
+
+/* Paths to read: files as given, directories' rank files in name order. */
+static int list_files(const char *const *paths, size_t npaths, char ***out, size_t *nout,
+                      FILE *errs, size_t *nbad)
+{
+    char **v = NULL;
+    size_t n = 0, cap = 0;
+    for (size_t i = 0; i < npaths; i++) {
+        struct stat st;
+        size_t first = n;
+        if (stat(paths[i], &st) == 0 && S_ISDIR(st.st_mode)) {
+            DIR *d = opendir(paths[i]);
+            if (!d) {
+                fprintf(errs, "rankmem-report: %s: cannot open the directory: %s\n", paths[i],
+                        strerror(errno));
+                (*nbad)++;
+                continue;
+            }
+            struct dirent *e;
+            while ((e = readdir(d)) != NULL) {
+                if (e->d_name[0] == '.' || !rank_file_name(e->d_name))
+                    continue;
+                if (n == cap) {
+                    cap = cap ? 2 * cap : 64;
+                    char **nv = realloc(v, cap * sizeof *v);
+                    if (!nv)
+                        goto oom;
+                    v = nv;
+                }
+                size_t l = strlen(paths[i]) + strlen(e->d_name) + 2;
+                if (!(v[n] = malloc(l)))
+                    goto oom;
+                snprintf(v[n++], l, "%s/%s", paths[i], e->d_name);
+                continue;
+            oom:
+                closedir(d);
+                for (size_t k = 0; k < n; k++)
+                    free(v[k]);
+                free(v);
+                return -1;
+            }
+            closedir(d);
+            qsort(v + first, n - first, sizeof *v, cmp_str);
+            if (n == first) {
+                fprintf(errs, "rankmem-report: %s: no per-rank record (*.rank-N.json) in the "
+                              "directory\n", paths[i]);
+                (*nbad)++;
+            }
+            continue;
+        }
+        if (n == cap) {
+            cap = cap ? 2 * cap : 64;
+            char **nv = realloc(v, cap * sizeof *v);
+            if (!nv)
+                goto fail;
+            v = nv;
+        }
+        if (!(v[n] = dup_str(paths[i])))
+            goto fail;
+        n++;
+    }
+    *out = v;
+    *nout = n;
+    return 0;
+fail:
+    for (size_t k = 0; k < n; k++)
+        free(v[k]);
+    free(v);
+    return -1;
+}
+
+/* Of two records of one rank: the one a failure wrote, else the later. */
+static int better(const rr_rank_t *a, const rr_source_t *sa, const rr_rank_t *b,
+                  const rr_source_t *sb)
+{
+    int fa = sa->phase && strcmp(sa->phase, "failure") == 0;
+    int fb = sb->phase && strcmp(sb->phase, "failure") == 0;
+    if (fa != fb)
+        return fa;
+    return !(b->wall_s > a->wall_s);
+}
+
+int rr_load_job(const char *const *paths, size_t npaths, rr_report_t *rep, FILE *errs)
+{
+    memset(rep, 0, sizeof *rep);
+    rep->writer_pid = -1;
+    rep->assembled = 1;
+    char **files = NULL;
+    size_t nf = 0;
+    if (list_files(paths, npaths, &files, &nf, errs, &rep->nbad) != 0)
+        return -1;
+    rep->nfiles = nf;
+    size_t cap = 0;
+    int rc = 0;
+    for (size_t i = 0; i < nf && rc == 0; i++) {
+        rr_report_t one;
+        char err[1024];
+        if (rr_load(files[i], &one, err, sizeof err) != 0) {
+            fprintf(errs, "rankmem-report: %s\n", err);
+            rep->nbad++;
+            continue;
+        }
+        if (one.n != 1 && nf > 1)
+            fprintf(errs, "rankmem-report: %s: %zu ranks in one file (a whole report, not a "
+                          "rank's record); its ranks are taken as they are\n", files[i], one.n);
+        if (!rep->job_id && one.job_id) {
+            rep->job_id = dup_str(one.job_id);
+            rep->job_id_source = one.job_id_source ? dup_str(one.job_id_source) : NULL;
+            rep->generator = one.generator ? dup_str(one.generator) : NULL;
+        } else if (rep->job_id && one.job_id && strcmp(rep->job_id, one.job_id) != 0) {
+            fprintf(errs, "rankmem-report: %s: job %s, not %s like the files before it; read "
+                          "all the same\n", files[i], one.job_id, rep->job_id);
+        }
+        for (size_t k = 0; k < one.n; k++) {
+            const rr_rank_t *r = &one.ranks[k];
+            if (r->size > rep->world_size)
+                rep->world_size = r->size;
+            rr_source_t sc = {dup_str(files[i]), one.phase ? dup_str(one.phase) : NULL,
+                              one.trigger ? dup_str(one.trigger) : NULL, NULL, 0};
+            if (one.n == 1) { /* the file's sites are its rank's */
+                sc.live = one.live;
+                sc.nlive = one.nlive;
+                one.live = NULL;
+                one.nlive = 0;
+            }
+            size_t at = rep->n;
+            for (size_t j = 0; j < rep->n; j++)
+                if (rep->ranks[j].rank == r->rank)
+                    at = j;
+            if (at < rep->n) {
+                fprintf(errs, "rankmem-report: rank %d is in both %s and %s; the %s one is "
+                              "used\n", r->rank, rep->src[at].file, files[i],
+                        better(r, &sc, &rep->ranks[at], &rep->src[at]) ? "second" : "first");
+                rr_source_t *keep = &sc;
+                if (better(r, &sc, &rep->ranks[at], &rep->src[at])) {
+                    rr_source_t t = rep->src[at];
+                    rep->src[at] = sc;
+                    rep->ranks[at] = *r;
+                    *keep = t;
+                }
+                free(keep->file);
+                free(keep->phase);
+                free(keep->trigger);
+                for (size_t q = 0; q < keep->nlive; q++) {
+                    free(keep->live[q].site);
+                    free(keep->live[q].api);
+                    free(keep->live[q].kind);
+                }
+                free(keep->live);
+                continue;
+            }
+            if (rep->n == cap) {
+                size_t nc = cap ? 2 * cap : 64;
+                rr_rank_t *nr = realloc(rep->ranks, nc * sizeof *nr);
+                if (nr)
+                    rep->ranks = nr;
+                rr_source_t *ns = nr ? realloc(rep->src, nc * sizeof *ns) : NULL;
+                if (ns)
+                    rep->src = ns;
+                if (!nr || !ns) {
+                    free(sc.file);
+                    free(sc.phase);
+                    free(sc.trigger);
+                    rc = -1;
+                    break;
+                }
+                cap = nc;
+            }
+            rep->ranks[rep->n] = *r;
+            rep->src[rep->n] = sc;
+            rep->n++;
+        }
+        rr_report_free(&one);
+    }
+    for (size_t i = 0; i < nf; i++)
+        free(files[i]);
+    free(files);
+    if (rc != 0 || rep->n == 0) {
+        if (rc == 0)
+            fprintf(errs, "rankmem-report: no rank's record could be read\n");
+        rr_report_free(rep);
+        return -1;
+    }
+    /* In rank order, and the ranks of the world that left nothing. */
+    for (size_t i = 1; i < rep->n; i++)
+        for (size_t j = i; j > 0 && rep->ranks[j - 1].rank > rep->ranks[j].rank; j--) {
+            rr_rank_t t = rep->ranks[j];
+            rep->ranks[j] = rep->ranks[j - 1];
+            rep->ranks[j - 1] = t;
+            rr_source_t u = rep->src[j];
+            rep->src[j] = rep->src[j - 1];
+            rep->src[j - 1] = u;
+        }
+    if (rep->world_size > 0) {
+        rep->missing = calloc((size_t)rep->world_size, sizeof *rep->missing);
+        if (!rep->missing) {
+            rr_report_free(rep);
+            return -1;
+        }
+        size_t j = 0;
+        for (int r = 0; r < rep->world_size; r++) {
+            while (j < rep->n && rep->ranks[j].rank < r)
+                j++;
+            if (j >= rep->n || rep->ranks[j].rank != r)
+                rep->missing[rep->nmissing++] = r;
+        }
+    }
+    int failed = 0;
+    for (size_t i = 0; i < rep->n; i++)
+        failed |= rep->ranks[i].fail.kind[0] != 0;
+    rep->path = dup_str(npaths == 1 ? paths[0] : "(per-rank files)");
+    rep->format = "JSON";
+    rep->schema = RM_REPORT_SCHEMA;
+    rep->record_version = RM_RECORD_VERSION;
+    rep->phase = dup_str(failed ? "failure" : "interval");
+    rep->trigger = dup_str("per-rank records");
+    if (!rep->job_id)
+        rep->job_id = dup_str("nojob");
+    return 0;
 }

@@ -58,6 +58,21 @@ typedef struct {
     double peak_mean;
 } rr_phase_t;
 
+/* A live call site of a failed rank (schema 3's "live_sites"). */
+typedef struct {
+    char *site, *api, *kind;
+    uint64_t bytes, count;
+} rr_site_t;
+
+/* Where a rank's record came from when a job is assembled from per-rank
+ * files (rr_load_job): its file, the document's phase ("failure" or
+ * "interval") and trigger, its live sites. */
+typedef struct {
+    char *file, *phase, *trigger;
+    rr_site_t *live;
+    size_t nlive;
+} rr_source_t;
+
 /* A report, whatever it was read from. Job fields a CSV cannot carry are
  * NULL (strings), -1 (writer_pid) or 0 (world_size, schema). */
 typedef struct {
@@ -77,6 +92,15 @@ typedef struct {
     rr_leak_t *leaks;
     size_t nphases;
     rr_phase_t *phases;
+    /* schema 3, a rank's own document: the sites live at its failure */
+    rr_site_t *live;
+    size_t nlive;
+    /* assembled from per-rank files (rr_load_job): src[i] is ranks[i]'s */
+    int assembled;
+    rr_source_t *src;
+    int *missing;          /* ranks of the world with no readable record */
+    size_t nmissing;
+    size_t nfiles, nbad;   /* files read, files refused (a message each) */
 } rr_report_t;
 
 /* Reads a report file ("-": stdin), JSON or CSV by its content. Returns 0,
@@ -86,6 +110,14 @@ int rr_load(const char *path, rr_report_t *rep, char *err, size_t cap);
 int rr_load_buffer(const char *name, const char *text, size_t len, rr_report_t *rep, char *err,
                    size_t cap);
 void rr_report_free(rr_report_t *rep);
+
+/* A job from per-rank files (a failed job, docs/report.md "Reading a failed
+ * job"): each path a file, or a directory whose *.rank-N.json files are
+ * read. Every file that cannot be read is named on errs with why, and the
+ * others still make the report; ranks of the world that no file holds are
+ * listed in rep->missing. Returns 0, or -1 when no record could be read
+ * (or out of memory). */
+int rr_load_job(const char *const *paths, size_t npaths, rr_report_t *rep, FILE *errs);
 
 /* The newest JSON schema this tool reads. */
 int rr_schema_newest(void);
