@@ -1,0 +1,128 @@
+/* A rank that fails, for failure_check.py (issue 29): built with the
+ * plugin's sources, so that its malloc can see the signal path's flag.
+ *
+ *   failure_prog MODE [RANK [ARG]]
+ *
+ * Every rank allocates (rank + 1) x 256 KiB through the rank's resource
+ * and keeps it; then rank RANK (default 1) does MODE while the others wait
+ * in a barrier:
+ *   oom            asks for 64 MiB more (refused by a limit in the chain),
+ *                  then carries on to MPI_Finalize
+ *   oom-abort      the same, then MPI_Abort(MPI_COMM_WORLD, 3)
+ *   signal N       raise(N)
+ *   segv           a real fault (a write through a null pointer)
+ *   abort N        MPI_Abort(MPI_COMM_WORLD, N)
+ *   exit N         exit(N) without MPI_Finalize
+ *   kill           sleeps ARG ms, then SIGKILL
+ *   finish         nothing (a job that finishes)
+ * "handlers" as an extra last argument installs a SIGTERM and a SIGSEGV
+ * handler before MPI_Init that prints "user handler N" and _exit(42). */
+#define _GNU_SOURCE
+#include <mpi.h>
+#include <rankmem.h>
+#include <rankmem_mpi.h>
+
+#include <signal.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+
+/* The signal path must not allocate: malloc dies while its flag is up. */
+extern volatile sig_atomic_t rk_fail_in_handler __attribute__((visibility("hidden")));
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__has_feature)
+#define RK_CHECK_MALLOC 1
+#elif defined(__has_feature)
+#if !__has_feature(address_sanitizer)
+#define RK_CHECK_MALLOC 1
+#endif
+#endif
+#ifdef RK_CHECK_MALLOC
+extern void *__libc_malloc(size_t);
+extern void *__libc_calloc(size_t, size_t);
+extern void *__libc_realloc(void *, size_t);
+static void malloc_in_handler(void)
+{
+    static const char m[] = "failure_prog: malloc called in the signal path\n";
+    ssize_t w = write(2, m, sizeof m - 1);
+    (void)w;
+    _exit(99);
+}
+void *malloc(size_t n)
+{
+    if (rk_fail_in_handler)
+        malloc_in_handler();
+    return __libc_malloc(n);
+}
+void *calloc(size_t a, size_t b)
+{
+    if (rk_fail_in_handler)
+        malloc_in_handler();
+    return __libc_calloc(a, b);
+}
+void *realloc(void *p, size_t n)
+{
+    if (rk_fail_in_handler)
+        malloc_in_handler();
+    return __libc_realloc(p, n);
+}
+#endif
+
+static void user_handler(int sig)
+{
+    char m[32];
+    int n = snprintf(m, sizeof m, "user handler %d\n", sig);
+    ssize_t w = write(1, m, (size_t)n);
+    (void)w;
+    _exit(42);
+}
+
+int main(int argc, char **argv)
+{
+    const char *mode = argc > 1 ? argv[1] : "finish";
+    int who = argc > 2 ? atoi(argv[2]) : 1;
+    int arg = argc > 3 ? atoi(argv[3]) : 0;
+    if (strcmp(argv[argc - 1], "handlers") == 0) {
+        signal(SIGTERM, user_handler);
+        signal(SIGSEGV, user_handler);
+    }
+    MPI_Init(&argc, &argv);
+    int rank;
+    MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+    rankmem_resource_t *mr = rankmem_mpi_resource();
+    void *keep = NULL;
+    if (mr && rankmem_allocate(mr, (size_t)(rank + 1) << 18, 256, &keep) != RANKMEM_SUCCESS)
+        fprintf(stderr, "rank %d: the first allocation failed\n", rank);
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (rank == who) {
+        if (strncmp(mode, "oom", 3) == 0) {
+            void *p = NULL;
+            rankmem_status_t st = rankmem_allocate(mr, (size_t)64 << 20, 256, &p);
+            /* The caller still reads the chain's own detail. */
+            printf("oom status %d detail '%s'\n", (int)st, rankmem_last_error());
+            fflush(stdout);
+            if (strcmp(mode, "oom-abort") == 0)
+                MPI_Abort(MPI_COMM_WORLD, 3);
+        } else if (strcmp(mode, "signal") == 0) {
+            raise(arg);
+        } else if (strcmp(mode, "segv") == 0) {
+            volatile int *nowhere = (volatile int *)(uintptr_t)(argc - argc);
+            *nowhere = 1;
+        } else if (strcmp(mode, "abort") == 0) {
+            MPI_Abort(MPI_COMM_WORLD, arg);
+        } else if (strcmp(mode, "exit") == 0) {
+            exit(arg);
+        } else if (strcmp(mode, "kill") == 0) {
+            struct timespec ts = {arg / 1000, (long)(arg % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+            raise(SIGKILL);
+        }
+    }
+    MPI_Barrier(MPI_COMM_WORLD);
+    if (keep)
+        rankmem_deallocate(mr, keep, (size_t)(rank + 1) << 18, 256);
+    MPI_Finalize();
+    return 0;
+}
