@@ -958,6 +958,29 @@ static void text_report(sbuf_t *b, const analysis_t *a)
     if (a->nleaked > RK_TEXT_LEAKED)
         sb_printf(b, "  ... %d more (JSON: leaked_ranks)\n", a->nleaked - RK_TEXT_LEAKED);
 
+    /* Allocations refused (issue 29): ranks that lived through an
+     * out-of-memory; their own failure files are folded in here. */
+    int nrefused = 0;
+    for (int i = 0; i < a->n; i++)
+        nrefused += rec[i].fail.oom_count > 0;
+    if (nrefused) {
+        sb_printf(b, "\nallocations refused (%d of %d ranks; the first of each)\n", nrefused,
+                  a->n);
+        int shown = 0;
+        for (int i = 0; i < a->n && shown < RK_TEXT_LEAKED; i++) {
+            const rm_failure_t *f = &rec[i].fail;
+            if (!f->oom_count)
+                continue;
+            shown++;
+            sb_printf(b, "  rank %d: %llu refused; %s of %s at %.3f s (%s): %s\n", rec[i].rank,
+                      (unsigned long long)f->oom_count, f->oom_api,
+                      fmt_bytes(b1, sizeof b1, (double)f->oom_bytes), (double)f->oom_t_ns / 1e9,
+                      f->oom_site[0] ? f->oom_site : "no call site", f->diagnosis);
+        }
+        if (nrefused > shown)
+            sb_printf(b, "  ... %d more (JSON: ranks[].failure)\n", nrefused - shown);
+    }
+
     text_observed(b, a);
 
     /* Top ranks. */
@@ -1151,6 +1174,15 @@ static void json_report(sbuf_t *b, const analysis_t *a)
         sb_printf(b, "%s%d", k ? ", " : "", rec[a->top[k]].rank);
     sb_printf(b, "],\n");
     json_observed(b, a);
+    /* issue 29: the ranks whose allocations were refused (all of them;
+     * the details are in ranks[].failure) */
+    sb_printf(b, "  \"refused_ranks\": [");
+    for (int i = 0, k = 0; i < a->n; i++)
+        if (rec[i].fail.oom_count)
+            sb_printf(b, "%s{\"rank\": %d, \"count\": %llu, \"bytes\": %llu}", k++ ? ", " : "",
+                      rec[i].rank, (unsigned long long)rec[i].fail.oom_count,
+                      (unsigned long long)rec[i].fail.oom_bytes);
+    sb_printf(b, "],\n");
     sb_printf(b, "  \"ranks\": [");
     for (int i = 0; i < a->n; i++) {
         sb_printf(b, "%s\n    ", i ? "," : "");
@@ -1709,6 +1741,12 @@ static int report_collective(MPI_Comm comm, const char *path, const char *phase,
             all[i].bind_mode[sizeof all[i].bind_mode - 1] = '\0';
             all[i].spec[sizeof all[i].spec - 1] = '\0';
             all[i].obs.why[sizeof all[i].obs.why - 1] = '\0';
+            all[i].fail.kind[sizeof all[i].fail.kind - 1] = '\0';
+            all[i].fail.trigger[sizeof all[i].fail.trigger - 1] = '\0';
+            all[i].fail.oom_api[sizeof all[i].fail.oom_api - 1] = '\0';
+            all[i].fail.oom_source[sizeof all[i].fail.oom_source - 1] = '\0';
+            all[i].fail.oom_site[sizeof all[i].fail.oom_site - 1] = '\0';
+            all[i].fail.diagnosis[sizeof all[i].fail.diagnosis - 1] = '\0';
         }
         /* One analysis at a time in this process (MPI_THREAD_MULTIPLE):
          * the sorts' records are the process's. Not held across the

@@ -163,8 +163,8 @@ def check_json(path, res, phase, ranks, what, jobid=None):
     except (OSError, ValueError) as e:
         ok(False, "%s: JSON parses (%s)" % (what, e))
         return None
-    ok(doc.get("schema") == 2 and doc.get("record_version") == 2,
-       "%s: schema 2, record version 2" % what)
+    ok(doc.get("schema") == 3 and doc.get("record_version") == 3,
+       "%s: schema 3, record version 3" % what)
     job = doc["job"]
     hosts = sorted({res[r]["host"][:63] for r in ranks})
     ok(job["ranks"] == len(ranks) and job["world_size"] == NP and job["nodes"] == len(hosts),

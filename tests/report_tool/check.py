@@ -732,10 +732,10 @@ def test_malformed():
                    "a rank twice")
 
     doc = json.loads(text)
-    doc["schema"] = 3
-    expect_refusal("s3", write("schema3.json", json.dumps(doc)),
-                   r"schema3\.json:1:\d+: report schema 3 is newer than this rankmem-report "
-                   r"reads \(schemas 1 to 2\)", "\"schema\": 3 is refused as newer")
+    doc["schema"] = 4
+    expect_refusal("s4", write("schema4.json", json.dumps(doc)),
+                   r"schema4\.json:1:\d+: report schema 4 is newer than this rankmem-report "
+                   r"reads \(schemas 1 to 3\)", "\"schema\": 4 is refused as newer")
     doc["schema"] = 0
     expect_refusal("s0", write("schema0.json", json.dumps(doc)), r"unknown report schema 0",
                    "\"schema\": 0")
