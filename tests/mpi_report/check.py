@@ -187,7 +187,7 @@ def check_json(path, res, phase, ranks, what, jobid=None):
         mine = res[r]
         want.update(size=NP, host=mine["host"][:63], device=int(mine["device"]),
                     local_rank=int(mine["local_rank"]), local_size=NP,
-                    staged_bytes=0, staged_messages=0, version=2)
+                    staged_bytes=0, staged_messages=0, version=3)
         if int(mine["device"]) < 0:
             want.update(host_fallback=True, node_devices=0, device_name="", pci_bus_id="",
                         dev_total_init=0, dev_free_init=0, dev_total_final=0, dev_free_final=0)

@@ -118,13 +118,15 @@ def main():
         ok(f1["count"] == 1 and f1["bytes"] == 64 << 20 and f1["api"] == "rankmem_allocate"
            and "failure_prog.c" in f1["site"], "oom: the finalize report names the event "
            "(count, bytes, API, call site in the program)")
+        ok(rep.get("refused_ranks") == [{"rank": 1, "count": 1, "bytes": 64 << 20}],
+           "oom: the finalize report lists the rank in refused_ranks")
         ok(all(rep["ranks"][i]["failure"]["oom"]["count"] == 0 for i in (0, 2, 3)),
            "oom: the other ranks have none")
         ok(rep["ranks"][1]["failure"]["diagnosis"].startswith("limit reached"),
            "oom: the diagnosis is in the finalize report")
     except (OSError, ValueError, KeyError) as e:
         ok(False, "oom: the finalize report (%s)" % e)
-        for _ in range(2):
+        for _ in range(3):
             ok(False, "oom: (no report)")
     rc, out, err = run([tool, os.path.join(d, "rep.json")], d, {})
     ok(rc == 0 and "allocations refused (1 rank lived through them)" in out,
