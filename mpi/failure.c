@@ -383,10 +383,12 @@ static int publish(const char *tmp, int is_terminal)
     return 0;
 }
 
-/* One line on stderr by one write(2), without stdio. */
+/* One line on stderr by one write(2), without stdio. Only the handler
+ * that writes calls it (sig_busy): the line is static, off a small
+ * alternate signal stack. */
 static void say_safe(const char *a, const char *b2, const char *c)
 {
-    char line[PATH_MAX + 256];
+    static char line[PATH_MAX + 256];
     rm_buf_t b;
     rm_buf_fixed(&b, line, sizeof line);
     rm_puts(&b, "rankmem-mpi[rank ");
@@ -907,7 +909,8 @@ void rk_fail_start(int world_rank, int world_size)
             continue; /* ignored (nohup, a launcher): not a failure */
         memset(&sa, 0, sizeof sa);
         sa.sa_sigaction = on_signal;
-        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | SA_RESTART;
+        /* Interrupted calls restart as they did with the handler before. */
+        sa.sa_flags = SA_SIGINFO | SA_ONSTACK | (old_act[k].sa_flags & SA_RESTART);
         sigemptyset(&sa.sa_mask);
         for (int j = 0; j < NSIGS; j++)
             sigaddset(&sa.sa_mask, sigs[j]);
