@@ -510,11 +510,10 @@ static int cmp_span(const void *a, const void *b)
 }
 
 /* Last resort when the upstream refuses: every free block of every shard,
- * coalesced across shards and streams, into dst's list for stream. */
-static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
+ * coalesced across shards and streams, into dst's list for stream. Caller
+ * holds every shard lock and grow_lock. */
+static void defragment_locked(pool_t *p, shard_t *dst, rankmem_stream_t stream)
 {
-    lock_all(p);
-    pthread_mutex_lock(&p->grow_lock);
     size_t n = 0;
     for (int i = 0; i < NSHARDS; i++)
         for (size_t k = 0; k < p->shards[i].nlists; k++)
@@ -560,6 +559,13 @@ static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
     }
 out:
     free(sp);
+}
+
+static void defragment(pool_t *p, shard_t *dst, rankmem_stream_t stream)
+{
+    lock_all(p);
+    pthread_mutex_lock(&p->grow_lock);
+    defragment_locked(p, dst, stream);
     pthread_mutex_unlock(&p->grow_lock);
     unlock_all(p);
 }
@@ -719,6 +725,10 @@ static void backed_give_back_all(pool_t *p)
 {
     lock_all(p);
     pthread_mutex_lock(&p->grow_lock);
+    /* Free blocks of different streams (or shards) that share a granule
+     * hold no whole granule each: coalesced first, or that granule never
+     * goes back (issue 31). */
+    defragment_locked(p, &p->shards[0], NULL);
     (void)give_back_locked(p, 0, 1);
     pthread_mutex_unlock(&p->grow_lock);
     unlock_all(p);
@@ -1135,6 +1145,10 @@ static rankmem_status_t pool_trim(rankmem_resource_t *mr, size_t keep_bytes)
     lock_all(p);
     pthread_mutex_lock(&p->grow_lock);
     if (p->backing) { /* granules, not chunks */
+        /* Coalesced across streams and shards first, as backed_give_back_all:
+         * else trim(0) with nothing live left granules mapped. */
+        if (p->held > keep_bytes)
+            defragment_locked(p, &p->shards[0], NULL);
         rankmem_status_t st = give_back_locked(p, keep_bytes, 0);
         pthread_mutex_unlock(&p->grow_lock);
         unlock_all(p);

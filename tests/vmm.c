@@ -567,11 +567,47 @@ static void export_large_handles(void)
     is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "release");
 }
 
+/* Regression (issue 31, found by the fault-injection fuzzer's probe):
+ * free memory split between the lists of several streams must still go
+ * back whole. Before, the granules under two free blocks of two streams
+ * stayed mapped after trim(0) with nothing live, and at the maximum a
+ * request that a fresh vmm serves was refused for good. */
+static void give_back_across_streams(void)
+{
+    rankmem_stream_t s1 = (rankmem_stream_t)(uintptr_t)0x100, s2 = (rankmem_stream_t)(uintptr_t)0x200;
+    rankmem_resource_t *mr = host_vmm(SIZE_MAX, 0);
+    void *a = NULL, *b = NULL;
+    rankmem_allocate(mr, G / 2, 0, &a);
+    rankmem_allocate(mr, G / 2, 0, &b);
+    ok(a && b && stats(mr).mapped == G, "two halves of one granule");
+    rankmem_deallocate_async(mr, a, G / 2, 0, s1);
+    rankmem_deallocate_async(mr, b, G / 2, 0, s2);
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "trim(0), the halves freed on two streams");
+    ok(stats(mr).mapped == 0, "nothing live, nothing mapped after trim (%zu)", stats(mr).mapped);
+    rankmem_resource_release(mr);
+
+    /* At the maximum: 1.5 granules and the half after them, freed on two
+     * streams; 2 granules at once must fit in the 2 allowed. */
+    mr = host_vmm(2 * G, 0);
+    rankmem_allocate(mr, 3 * G / 2, 0, &a);
+    rankmem_allocate(mr, G / 2, 0, &b);
+    rankmem_deallocate_async(mr, a, 3 * G / 2, 0, s1);
+    rankmem_deallocate_async(mr, b, G / 2, 0, s2);
+    void *c = NULL;
+    rankmem_status_t st = rankmem_allocate(mr, 2 * G, 0, &c);
+    if (!ok(st == RANKMEM_SUCCESS, "at the maximum, nothing live: 2 granules served"))
+        diag("  %s", rankmem_last_error());
+    if (c)
+        rankmem_deallocate(mr, c, 2 * G, 0);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "release");
+}
+
 int main(void)
 {
     bad_inputs();
     placement_and_coalescing();
     give_back_and_holes();
+    give_back_across_streams();
     release_threshold();
     handles();
     maximum_and_failures();
