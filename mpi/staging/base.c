@@ -69,6 +69,59 @@ static MPI_Comm wcomm = MPI_COMM_NULL;
 static int tag_ub = 32767;
 static atomic_uint next_id;
 
+/* ---- fault injection (tests: rk_stg_fault_set) ---- */
+
+static atomic_uint fault_first[RK_STG_FAULTS], fault_every[RK_STG_FAULTS];
+static atomic_uint fault_calls[RK_STG_FAULTS], fault_hits[RK_STG_FAULTS];
+static atomic_long heap_out; /* pageable staging buffers not given back */
+
+/* Host memory set aside at init, one chunk, for taking and dropping a
+ * message's segments when no other memory can be had (rk_stg_drain): MPI
+ * needs room for what it receives (Open MPI 4.1's shared-memory transport
+ * writes a whole segment even into a receive of no bytes). */
+static char *reserve;
+static size_t reserve_bytes;
+static pthread_mutex_t reserve_mu = PTHREAD_MUTEX_INITIALIZER;
+
+char *rk_stg_reserve_take(size_t need)
+{
+    if (!reserve || need > reserve_bytes)
+        return NULL;
+    pthread_mutex_lock(&reserve_mu);
+    return reserve;
+}
+
+void rk_stg_reserve_give(void) { pthread_mutex_unlock(&reserve_mu); }
+
+void rk_stg_fault_set(int what, unsigned first, unsigned every)
+{
+    if (what < 0 || what >= RK_STG_FAULTS)
+        return;
+    atomic_store(&fault_first[what], 0); /* off while the counters change */
+    atomic_store(&fault_calls[what], 0);
+    atomic_store(&fault_hits[what], 0);
+    atomic_store(&fault_every[what], every);
+    atomic_store(&fault_first[what], first);
+}
+
+unsigned rk_stg_fault_hits(int what)
+{
+    return what >= 0 && what < RK_STG_FAULTS ? atomic_load(&fault_hits[what]) : 0;
+}
+
+/* Whether this call of kind what fails: call first, then every every-th. */
+static int fault_hit(int what)
+{
+    unsigned first = atomic_load_explicit(&fault_first[what], memory_order_relaxed);
+    if (__builtin_expect(first == 0, 1))
+        return 0;
+    unsigned c = atomic_fetch_add(&fault_calls[what], 1) + 1, every = atomic_load(&fault_every[what]);
+    if (c != first && !(every && c > first && (c - first) % every == 0))
+        return 0;
+    atomic_fetch_add(&fault_hits[what], 1);
+    return 1;
+}
+
 static atomic_ullong c_bytes, c_msgs, c_ns;
 
 /* ---- counters ---- */
@@ -521,6 +574,11 @@ static int copy_on_stream(void *dst, const void *src, size_t n, size_t pitch, si
 {
     if (ev_p)
         *ev_p = NULL;
+    if (fault_hit(RK_STG_FAULT_COPY)) {
+        rk_mpi_warn("staging: %s copy failed (injected)",
+                    dir == RK_STG_D2H ? "device-to-host" : "host-to-device");
+        return -1;
+    }
     if (fake) {
         for (size_t i = 0; n && i < rows; i++)
             memcpy((void *)fake_at((char *)dst + i * pitch), fake_at((const char *)src + i * pitch),
@@ -667,6 +725,8 @@ static struct {
 
 static void *pinned_alloc(size_t bytes)
 {
+    if (fault_hit(RK_STG_FAULT_PINNED))
+        return NULL;
     if (fake)
         return aligned_alloc(4096, (bytes + 4095) & ~(size_t)4095);
 #if HAVE_GPU
@@ -721,19 +781,33 @@ static int find_run(int k)
 
 static int pool_ready(void)
 {
+    /* A pool that could not be made is tried again later (1 s, doubling up
+     * to a minute): pinned memory short for a moment must not leave the
+     * rest of the job on pageable memory. */
+    static uint64_t retry_at, backoff;
+    if (pool_state < 0 && rk_stg_now() >= retry_at)
+        pool_state = 0;
     if (pool_state == 0) {
         nchunks = (int)(pool_bytes / chunk_bytes);
         chunk_used = calloc((size_t)nchunks, 1);
         slab = chunk_used ? pinned_alloc((size_t)nchunks * chunk_bytes) : NULL;
         if (!slab) {
-            rk_mpi_warn("staging: cannot allocate %zu MiB of pinned memory for "
-                        "RANKMEM_STAGING_POOL: staging through pageable memory (slower)",
-                        pool_bytes >> 20);
+            if (!backoff)
+                rk_mpi_warn("staging: cannot allocate %zu MiB of pinned memory for "
+                            "RANKMEM_STAGING_POOL: staging through pageable memory (slower) "
+                            "until it can",
+                            pool_bytes >> 20);
             free(chunk_used);
             chunk_used = NULL;
             pool_state = -1;
+            backoff = backoff ? (backoff < 60000000000u / 2 ? 2 * backoff : 60000000000u)
+                              : 1000000000u;
+            retry_at = rk_stg_now() + backoff;
         } else {
             pool_state = 1;
+            if (backoff)
+                rk_mpi_warn("staging: the pinned pool could be made now");
+            backoff = 0;
             rk_mpi_verbose("staging: pinned pool of %d chunks of %zu KiB", nchunks,
                            chunk_bytes >> 10);
         }
@@ -744,6 +818,8 @@ static int pool_ready(void)
 int rk_stg_buf_get(size_t bytes, int wait_ok, rk_stg_buf_t *b)
 {
     memset(b, 0, sizeof *b);
+    if (fault_hit(RK_STG_FAULT_HOST))
+        return -1;
     if (bytes == 0)
         bytes = 1;
     b->bytes = bytes;
@@ -820,6 +896,7 @@ int rk_stg_buf_get(size_t bytes, int wait_ok, rk_stg_buf_t *b)
     if (!b->ptr)
         return -1;
     b->kind = RK_STG_BUF_HEAP;
+    atomic_fetch_add(&heap_out, 1);
     return 0;
 }
 
@@ -840,11 +917,24 @@ void rk_stg_buf_put(rk_stg_buf_t *b)
         break;
     case RK_STG_BUF_HEAP:
         free(b->ptr);
+        atomic_fetch_sub(&heap_out, 1);
         break;
     default:
         break;
     }
     memset(b, 0, sizeof *b);
+}
+
+long rk_stg_buf_inuse(void)
+{
+    long n = atomic_load(&heap_out);
+    pthread_mutex_lock(&pool_lock);
+    for (int i = 0; chunk_used && i < nchunks; i++)
+        n += chunk_used[i] != 0;
+    for (int i = 0; i < CACHE_SLOTS; i++)
+        n += cache[i].busy != 0;
+    pthread_mutex_unlock(&pool_lock);
+    return n;
 }
 
 /* ---- init ---- */
@@ -1036,6 +1126,11 @@ void rk_mpi_staging_init(void)
             return;
         }
         PMPI_Comm_set_name(wcomm, "rankmem-staging");
+        reserve = aligned_alloc(64, (chunk_bytes + 63) & ~(size_t)63);
+        reserve_bytes = reserve ? chunk_bytes : 0;
+        /* Errors come back to the calls: a segment dropped on purpose
+         * (rk_stg_drain) ends in MPI_ERR_TRUNCATE, not in an abort. */
+        PMPI_Comm_set_errhandler(wcomm, MPI_ERRORS_RETURN);
         progress_hook(1);
         int *ub = NULL, flag = 0;
         if (PMPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &flag) == MPI_SUCCESS && flag &&
@@ -1107,6 +1202,11 @@ void rk_mpi_staging_finalize(void)
             cache[i].bytes = 0;
         }
     pthread_mutex_unlock(&pool_lock);
+    pthread_mutex_lock(&reserve_mu);
+    free(reserve);
+    reserve = NULL;
+    reserve_bytes = 0;
+    pthread_mutex_unlock(&reserve_mu);
     if (wcomm != MPI_COMM_NULL)
         PMPI_Comm_free(&wcomm);
     /* Calls after this (between MPI_Finalize's report and PMPI_Finalize, or

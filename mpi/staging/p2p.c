@@ -137,6 +137,10 @@ static int wait_send(req_t *r)
         rc = rk_stg_wait(&r->first, MPI_STATUS_IGNORE);
     if (rc == MPI_SUCCESS && r->nseg)
         rc = rk_stg_wait_all(r->nseg, r->segs);
+    if (rc == MPI_SUCCESS && r->err != MPI_SUCCESS) {
+        rc = r->err; /* a segment went empty (rk_stg_pipe_post) */
+        PMPI_Comm_call_errhandler(r->comm, rc);
+    }
     rk_stg_count(r->copied, rk_stg_now() - r->t0);
     rk_stg_req_release(r);
     return rc;

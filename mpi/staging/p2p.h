@@ -61,6 +61,7 @@ typedef struct req {
     size_t total, seg;
     MPI_Request *segs;
     int *idx;       /* for Testsome over segs */
+    MPI_Status *sts; /* and its statuses (a short segment is an error) */
     void **evs;     /* per segment (contiguous device receive), else evs[0] */
     int nevs;
     uint64_t t0, ns;
@@ -87,6 +88,7 @@ typedef struct req {
     struct {
         int seg;           /* segment in the slot, -1 when free */
         int state;         /* R_* */
+        int empty;         /* its copy failed: it travels empty (rk_stg_seg_short) */
         void *ev;          /* its copy's event */
         MPI_Request rq;    /* its send or receive */
         rk_stg_buf_t b;    /* its pinned buffer */
@@ -132,6 +134,11 @@ RK_MPI_HIDDEN void rk_stg_ring_init(req_t *r, int peer, size_t total, size_t seg
 RK_MPI_HIDDEN void rk_stg_ring_send_cancel(req_t *r);
 RK_MPI_HIDDEN int rk_stg_ring_advance(req_t *r);
 RK_MPI_HIDDEN size_t rk_stg_seg_len(size_t total, size_t seg, int k);
+/* A segment whose status holds other than want bytes: its sender could
+ * not stage it (it travels empty). */
+RK_MPI_HIDDEN int rk_stg_seg_short(const MPI_Status *st, size_t want);
+/* Receive and drop segments from.. of message id from world rank src. */
+RK_MPI_HIDDEN void rk_stg_drain(int src, int id, size_t total, size_t seg, int from);
 RK_MPI_HIDDEN void rk_stg_advance_segs(req_t *r);
 RK_MPI_HIDDEN int rk_stg_pipe_post(req_t *r, const void *buf, int dest, int wdest, int tag,
                                    int mode, int wait_ok);

@@ -54,6 +54,7 @@ static void slot_clear(req_t *r, int i)
 {
     r->slot[i].seg = -1;
     r->slot[i].state = R_FREE;
+    r->slot[i].empty = 0;
     r->slot[i].ev = NULL;
     r->slot[i].rq = MPI_REQUEST_NULL;
     memset(&r->slot[i].b, 0, sizeof r->slot[i].b);
@@ -72,11 +73,13 @@ void rk_stg_ring_init(req_t *r, int peer, size_t total, size_t seg)
         slot_clear(r, i);
 }
 
-/* Whether r may put segment r->next_start into its slot now. Under rk_stg_eng. */
+/* Whether r may put segment r->next_start into its slot now. An error
+ * does not stop the ring: the peer waits for every segment (those that
+ * fail travel empty, or are taken and dropped). Under rk_stg_eng. */
 static int ring_may_start(req_t *r, int dir)
 {
     int i = r->next_start % RK_STG_DEPTH;
-    if (r->next_start >= r->nseg || r->slot[i].state != R_FREE || r->err)
+    if (r->next_start >= r->nseg || r->slot[i].state != R_FREE)
         return 0;
     if (ring_inuse[dir] < RING_BUDGET)
         return 1;
@@ -126,10 +129,13 @@ static void ring_send_advance(req_t *r)
         if (t == 0)
             break;
         if (t < 0)
-            r->err = MPI_ERR_OTHER; /* sent anyway: the receiver waits for it */
+            r->slot[i].empty = 1;
+        if (r->slot[i].empty)
+            r->err = MPI_ERR_OTHER; /* it goes empty: the receiver waits for it */
         int k = r->next_post++;
-        if (PMPI_Isend(r->slot[i].b.ptr, (int)rk_stg_seg_len(r->total, r->seg, k), MPI_BYTE,
-                       r->peer, r->hdr.id, rk_stg_comm(), &r->slot[i].rq) != MPI_SUCCESS) {
+        int len = r->slot[i].empty ? 0 : (int)rk_stg_seg_len(r->total, r->seg, k);
+        if (PMPI_Isend(r->slot[i].b.ptr, len, MPI_BYTE, r->peer, r->hdr.id, rk_stg_comm(),
+                       &r->slot[i].rq) != MPI_SUCCESS) {
             r->err = MPI_ERR_OTHER;
             ring_free(r, i, 0, 0);
             continue;
@@ -143,7 +149,7 @@ static void ring_send_advance(req_t *r)
         size_t off = (size_t)k * r->seg, n = rk_stg_seg_len(r->total, r->seg, k);
         if (rk_stg_copy(r->slot[i].b.ptr, (const char *)r->ubuf + off, n, RK_STG_D2H,
                         &r->slot[i].ev) != 0)
-            r->err = MPI_ERR_OTHER; /* no event: the segment goes as it is */
+            r->slot[i].empty = 1; /* no event: the segment goes empty */
         r->copied += n;
         r->slot[i].state = R_COPY_IN;
     }
@@ -156,14 +162,17 @@ static void ring_recv_advance(req_t *r)
     for (int i = 0; i < RK_STG_DEPTH; i++) {
         if (r->slot[i].state == R_RECV) {
             int f = 0;
-            if (PMPI_Test(&r->slot[i].rq, &f, MPI_STATUS_IGNORE) != MPI_SUCCESS)
-                r->err = MPI_ERR_OTHER, f = 1;
+            MPI_Status st;
+            if (PMPI_Test(&r->slot[i].rq, &f, &st) != MPI_SUCCESS)
+                r->err = MPI_ERR_OTHER, f = 1, r->slot[i].empty = 1;
             if (!f)
                 continue;
             int k = r->slot[i].seg;
             size_t off = (size_t)k * r->seg, n = rk_stg_seg_len(r->total, r->seg, k);
-            if (rk_stg_copy((char *)r->ubuf + off, r->slot[i].b.ptr, n, RK_STG_H2D,
-                            &r->slot[i].ev) != 0)
+            if (!r->slot[i].empty && rk_stg_seg_short(&st, n))
+                r->err = MPI_ERR_OTHER, r->slot[i].empty = 1;
+            if (!r->slot[i].empty && rk_stg_copy((char *)r->ubuf + off, r->slot[i].b.ptr, n,
+                                                 RK_STG_H2D, &r->slot[i].ev) != 0)
                 r->err = MPI_ERR_OTHER;
             r->copied += n;
             r->slot[i].state = R_COPY_OUT;
@@ -239,10 +248,14 @@ void rk_stg_advance_segs(req_t *r)
     }
     int out = 0;
     if (r->nrecvd < r->nseg &&
-        PMPI_Testsome(r->nseg, r->segs, &out, r->idx, MPI_STATUSES_IGNORE) == MPI_SUCCESS &&
+        PMPI_Testsome(r->nseg, r->segs, &out, r->idx, r->sts) == MPI_SUCCESS &&
         out != MPI_UNDEFINED) {
         for (int j = 0; j < out; j++) {
             int k = r->idx[j];
+            if (r->total && rk_stg_seg_short(&r->sts[j], rk_stg_seg_len(r->total, r->seg, k))) {
+                r->err = MPI_ERR_OTHER; /* the sender could not stage it */
+                continue;
+            }
             if (r->dev && r->L.contig && r->total) {
                 size_t off = (size_t)k * r->seg, n = rk_stg_seg_len(r->total, r->seg, k);
                 if (rk_stg_copy((char *)r->ubuf + off, r->hb.ptr + off, n, RK_STG_H2D,
@@ -255,7 +268,7 @@ void rk_stg_advance_segs(req_t *r)
     }
     if (r->nrecvd < r->nseg)
         return;
-    if (!r->L.contig && r->total) {
+    if (!r->L.contig && r->total && r->err == MPI_SUCCESS) {
         /* Packed bytes: into the user's layout (host) or the image (device). */
         int pos = 0;
         char *img = r->dev ? r->hb.ptr - r->L.lo : (char *)r->ubuf;
@@ -310,12 +323,17 @@ int rk_stg_pipe_post(req_t *r, const void *buf, int dest, int wdest, int tag, in
     if (rc != MPI_SUCCESS)
         return rc;
     /* Each segment goes as soon as its copy is done; the later copies run
-     * on the GPU meanwhile. */
+     * on the GPU meanwhile. The header went: a segment whose copy failed
+     * goes empty (the receiver waits for each), and the send fails. */
     for (int k = 0; k < nseg; k++) {
-        if (rk_stg_event_wait(r->evs[k]) != 0)
-            return rk_stg_staging_error(r->comm, "device-to-host copy failed");
-        rc = PMPI_Isend(r->hb.ptr + (size_t)k * seg, (int)rk_stg_seg_len(total, seg, k), MPI_BYTE,
-                        wdest, r->hdr.id, rk_stg_comm(), &r->segs[k]);
+        int empty = r->err != MPI_SUCCESS || rk_stg_event_wait(r->evs[k]) != 0;
+        if (empty && r->err == MPI_SUCCESS) {
+            rk_mpi_warn("staging: device-to-host copy failed");
+            r->err = MPI_ERR_OTHER;
+        }
+        rc = PMPI_Isend(r->hb.ptr + (size_t)k * seg,
+                        empty ? 0 : (int)rk_stg_seg_len(total, seg, k), MPI_BYTE, wdest,
+                        r->hdr.id, rk_stg_comm(), &r->segs[k]);
         if (rc != MPI_SUCCESS)
             return rc;
     }
@@ -344,6 +362,7 @@ int rk_stg_send_ring(const void *buf, size_t total, int dest, int wdest, int tag
     hdr_t h = {MAGIC0, MAGIC1, total, (uint32_t)seg, rk_stg_next_id()};
     if (!bad)
         rc = rk_stg_isend_mode(&h, RK_STG_HDR_BYTES, MPI_BYTE, dest, tag, comm, mode, &hreq);
+    int sent = 0; /* segments posted */
     for (int k = 0; k < nseg && !bad && rc == MPI_SUCCESS; k++) {
         int s = k % depth;
         bad = rk_stg_event_wait(ev[s]);
@@ -353,6 +372,7 @@ int rk_stg_send_ring(const void *buf, size_t total, int dest, int wdest, int tag
             break;
         rc = PMPI_Isend(ring.ptr + (size_t)s * seg, (int)rk_stg_seg_len(total, seg, k), MPI_BYTE,
                         wdest, h.id, rk_stg_comm(), &sreq[s]);
+        sent += rc == MPI_SUCCESS;
         /* The previous segment's slot takes segment k - 1 + depth once sent. */
         int p = k - 1, next = p + depth;
         if (rc == MPI_SUCCESS && p >= 0 && next < nseg) {
@@ -363,6 +383,13 @@ int rk_stg_send_ring(const void *buf, size_t total, int dest, int wdest, int tag
                                   (const char *)buf + (size_t)next * seg,
                                   rk_stg_seg_len(total, seg, next), RK_STG_D2H, &ev[ps]);
         }
+    }
+    if (bad && hreq != MPI_REQUEST_NULL) {
+        /* The header went: the receiver waits for every segment. Those not
+         * sent go empty, so that its receive ends, with an error. */
+        char dummy = 0;
+        for (int k = sent; k < nseg; k++)
+            PMPI_Send(&dummy, 0, MPI_BYTE, wdest, h.id, rk_stg_comm());
     }
     if (bad && rc == MPI_SUCCESS)
         rc = rk_stg_staging_error(comm, "device-to-host copy failed");
@@ -378,54 +405,102 @@ int rk_stg_send_ring(const void *buf, size_t total, int dest, int wdest, int tag
     return rc != MPI_SUCCESS ? rc : rc2 != MPI_SUCCESS ? rc2 : rc3;
 }
 
+/* A segment that came shorter than announced: its sender could not stage
+ * it and sent it empty (a copy from its device failed). The receive fails
+ * rather than hand on bytes it never got. */
+int rk_stg_seg_short(const MPI_Status *st, size_t want)
+{
+    int got = 0;
+    return PMPI_Get_count(st, MPI_BYTE, &got) != MPI_SUCCESS || got < 0 || (size_t)got != want;
+}
+
+/* Take segments from.. of message id from src and drop them, so that the
+ * sender's calls end although this side has no memory of its own for
+ * them: into the reserve set aside at init, else a buffer of the moment;
+ * without either, receives of no bytes (MPI_ERR_TRUNCATE, returned on the
+ * plugin's communicator), the last resort. */
+void rk_stg_drain(int src, int id, size_t total, size_t seg, int from)
+{
+    if (src < 0 || !seg)
+        return;
+    int nseg = (int)((total + seg - 1) / seg);
+    char dummy, *own = NULL, *room = rk_stg_reserve_take(seg);
+    if (!room)
+        room = own = malloc(seg);
+    for (int k = from; k < nseg; k++)
+        PMPI_Recv(room ? room : &dummy, room ? (int)rk_stg_seg_len(total, seg, k) : 0, MPI_BYTE,
+                  src, id, rk_stg_comm(), MPI_STATUS_IGNORE);
+    if (own)
+        free(own);
+    else if (room)
+        rk_stg_reserve_give();
+}
+
+/* Wait for the n segment receives rq of a message (total, seg): MPI's
+ * error, else MPI_ERR_OTHER when one came short. */
+static int wait_segs(int n, MPI_Request *rq, size_t total, size_t seg)
+{
+    int rc = MPI_SUCCESS;
+    for (int k = 0; k < n; k++) {
+        MPI_Status st;
+        int e = rk_stg_wait(&rq[k], &st);
+        if (e == MPI_SUCCESS && rk_stg_seg_short(&st, rk_stg_seg_len(total, seg, k)))
+            e = MPI_ERR_OTHER;
+        if (rc == MPI_SUCCESS)
+            rc = e;
+    }
+    return rc;
+}
+
 /* The segments of a pipelined message announced by h, from world rank
- * src, into (buf, count, dt). */
+ * src, into (buf, count, dt). Whatever fails here, every segment is taken:
+ * the sender's call must end. */
 int rk_stg_recv_segments(void *buf, int count, MPI_Datatype dt, int dev, const hdr_t *h, int src,
                          MPI_Comm comm, size_t *copied)
 {
     if (h->seg == SEG_IPC)
         return rk_stg_recv_ipc(buf, count, dt, dev, h, src, comm, copied);
     rk_stg_layout_t L;
-    int rc = rk_stg_layout(dt, 0, count, &L);
-    if (rc != MPI_SUCCESS)
-        return rc;
     size_t total = h->total, seg = h->seg;
     int nseg = (int)((total + seg - 1) / seg);
+    int rc = rk_stg_layout(dt, 0, count, &L);
+    if (rc != MPI_SUCCESS) {
+        rk_stg_drain(src, h->id, total, seg, 0);
+        return rc;
+    }
     MPI_Comm wc = rk_stg_comm();
     if (total > L.size) {
         /* Truncated: take and drop the segments, then say so. */
-        rk_stg_buf_t s;
-        if (rk_stg_buf_get(seg, 1, &s) == 0) {
-            for (int k = 0; k < nseg; k++)
-                PMPI_Recv(s.ptr, (int)rk_stg_seg_len(total, seg, k), MPI_BYTE, src, h->id, wc,
-                          MPI_STATUS_IGNORE);
-            rk_stg_buf_put(&s);
-        }
+        rk_stg_drain(src, h->id, total, seg, 0);
         return MPI_ERR_TRUNCATE;
     }
     if (L.contig && !dev) {
         /* Host memory: straight into place. */
         MPI_Request *rq = malloc((size_t)nseg * sizeof *rq);
-        if (!rq)
+        if (!rq) {
+            rk_stg_drain(src, h->id, total, seg, 0);
             return MPI_ERR_NO_MEM;
+        }
         for (int k = 0; k < nseg; k++)
             PMPI_Irecv((char *)buf + (size_t)k * seg, (int)rk_stg_seg_len(total, seg, k), MPI_BYTE,
                        src, h->id, wc, &rq[k]);
-        rc = rk_stg_wait_all(nseg, rq);
+        rc = wait_segs(nseg, rq, total, seg);
         free(rq);
         return rc;
     }
     if (!L.contig) {
         rk_stg_buf_t pk;
-        if (rk_stg_buf_get(total, 1, &pk) != 0)
+        MPI_Request *rq = NULL;
+        if (rk_stg_buf_get(total, 1, &pk) != 0 || !(rq = malloc((size_t)nseg * sizeof *rq))) {
+            if (pk.kind)
+                rk_stg_buf_put(&pk);
+            rk_stg_drain(src, h->id, total, seg, 0);
             return MPI_ERR_NO_MEM;
-        MPI_Request *rq = malloc((size_t)nseg * sizeof *rq);
-        rc = rq ? MPI_SUCCESS : MPI_ERR_NO_MEM;
-        for (int k = 0; k < nseg && rq; k++)
+        }
+        for (int k = 0; k < nseg; k++)
             PMPI_Irecv(pk.ptr + (size_t)k * seg, (int)rk_stg_seg_len(total, seg, k), MPI_BYTE, src,
                        h->id, wc, &rq[k]);
-        if (rq)
-            rc = rk_stg_wait_all(nseg, rq);
+        rc = wait_segs(nseg, rq, total, seg);
         free(rq);
         if (rc == MPI_SUCCESS)
             rc = rk_stg_deliver(buf, count, dt, dev, pk.ptr, total, comm, copied);
@@ -436,8 +511,10 @@ int rk_stg_recv_segments(void *buf, int count, MPI_Datatype dt, int dev, const h
      * segment k overlapping the receive of segment k+1.. */
     int depth = nseg < RK_STG_DEPTH ? nseg : RK_STG_DEPTH;
     rk_stg_buf_t ring;
-    if (rk_stg_buf_get((size_t)depth * seg, 1, &ring) != 0)
+    if (rk_stg_buf_get((size_t)depth * seg, 1, &ring) != 0) {
+        rk_stg_drain(src, h->id, total, seg, 0);
         return MPI_ERR_NO_MEM;
+    }
     MPI_Request rq[RK_STG_DEPTH];
     void *ev[RK_STG_DEPTH] = {0};
     for (int i = 0; i < RK_STG_DEPTH; i++)
@@ -445,21 +522,29 @@ int rk_stg_recv_segments(void *buf, int count, MPI_Datatype dt, int dev, const h
     for (int k = 0; k < depth; k++)
         PMPI_Irecv(ring.ptr + (size_t)k * seg, (int)rk_stg_seg_len(total, seg, k), MPI_BYTE, src,
                    h->id, wc, &rq[k]);
+    /* bad: a copy failed or a segment came short; the rest are still
+     * received (into the ring, not copied on). */
     int bad = 0;
-    for (int k = 0; k < nseg && rc == MPI_SUCCESS && !bad; k++) {
+    for (int k = 0; k < nseg && rc == MPI_SUCCESS; k++) {
         int s = k % depth;
-        rc = rk_stg_wait(&rq[s], MPI_STATUS_IGNORE);
+        MPI_Status st;
+        rc = rk_stg_wait(&rq[s], &st);
         if (rc != MPI_SUCCESS)
             break;
-        bad = rk_stg_copy((char *)buf + (size_t)k * seg, ring.ptr + (size_t)s * seg,
-                          rk_stg_seg_len(total, seg, k), RK_STG_H2D, &ev[s]);
+        size_t n = rk_stg_seg_len(total, seg, k);
+        if (!bad)
+            bad = rk_stg_seg_short(&st, n);
+        if (!bad)
+            bad = rk_stg_copy((char *)buf + (size_t)k * seg, ring.ptr + (size_t)s * seg, n,
+                              RK_STG_H2D, &ev[s]);
         int p = k - 1, next = p + depth;
-        if (!bad && p >= 0) {
+        if (p >= 0) {
             int ps = p % depth;
-            bad = rk_stg_event_wait(ev[ps]);
+            if (ev[ps] && rk_stg_event_wait(ev[ps]) != 0)
+                bad = 1;
             rk_stg_event_put(ev[ps]);
             ev[ps] = NULL;
-            if (!bad && next < nseg)
+            if (next < nseg)
                 PMPI_Irecv(ring.ptr + (size_t)ps * seg, (int)rk_stg_seg_len(total, seg, next),
                            MPI_BYTE, src, h->id, wc, &rq[ps]);
         }
@@ -470,8 +555,8 @@ int rk_stg_recv_segments(void *buf, int count, MPI_Datatype dt, int dev, const h
             bad = 1;
         rk_stg_event_put(ev[i]);
     }
-    if (bad || rc != MPI_SUCCESS) {
-        /* Nothing of ours may still write into the ring. */
+    if (rc != MPI_SUCCESS) {
+        /* MPI failed: nothing of ours may still write into the ring. */
         for (int i = 0; i < RK_STG_DEPTH; i++)
             if (rq[i] != MPI_REQUEST_NULL) {
                 PMPI_Cancel(&rq[i]);

@@ -296,6 +296,7 @@ void rk_stg_req_release(req_t *r)
     free(r->evs);
     free(r->segs);
     free(r->idx);
+    free(r->sts);
     if (!r->leak) {
         if (r->hb.kind)
             rk_stg_buf_put(&r->hb);
@@ -312,9 +313,10 @@ int rk_stg_alloc_segs(req_t *r, int nseg, int nevs)
     r->nseg = nseg;
     r->segs = malloc((size_t)nseg * sizeof *r->segs);
     r->idx = malloc((size_t)nseg * sizeof *r->idx);
+    r->sts = malloc((size_t)nseg * sizeof *r->sts);
     r->evs = calloc((size_t)(nevs > 0 ? nevs : 1), sizeof *r->evs);
     r->nevs = nevs;
-    if (!r->segs || !r->idx || !r->evs)
+    if (!r->segs || !r->idx || !r->sts || !r->evs)
         return -1;
     for (int i = 0; i < nseg; i++)
         r->segs[i] = MPI_REQUEST_NULL;
@@ -381,6 +383,8 @@ static void on_first(req_t *r, const MPI_Status *st)
             /* Truncated: take the segments into one scratch buffer and drop them. */
             r->err = src < 0 ? MPI_ERR_OTHER : MPI_ERR_TRUNCATE;
             if (rk_stg_alloc_segs(r, nseg, 0) != 0 || rk_stg_buf_get(h.seg, 0, &r->pk) != 0) {
+                rk_stg_drain(src, h.id, h.total, h.seg, 0);
+                r->nseg = 0;
                 r->state = S_DONE;
                 return;
             }
@@ -429,7 +433,10 @@ static void on_first(req_t *r, const MPI_Status *st)
     r->state = S_COPY;
     return;
 oom:
+    /* The sender waits for every segment: take them, drop them. */
     rk_mpi_warn("staging: out of memory for a receive of %zu bytes", (size_t)h.total);
+    rk_stg_drain(rk_stg_to_world(r->comm, st->MPI_SOURCE), h.id, h.total, h.seg, 0);
+    r->nseg = 0;
     r->err = MPI_ERR_NO_MEM;
     r->state = S_DONE;
 }

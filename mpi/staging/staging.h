@@ -195,6 +195,27 @@ typedef struct rk_stg_buf {
  * (then -1). */
 RK_MPI_HIDDEN int rk_stg_buf_get(size_t bytes, int wait_ok, rk_stg_buf_t *b);
 RK_MPI_HIDDEN void rk_stg_buf_put(rk_stg_buf_t *b);
+/* Staging buffers held now (pool chunks, cached buffers, pageable ones):
+ * 0 when no call is in flight (tests). */
+RK_MPI_HIDDEN long rk_stg_buf_inuse(void);
+
+/* Fault injection for tests: calls of a kind are numbered from 1 after
+ * rk_stg_fault_set; call first fails, then every every-th after it (0:
+ * only first). first 0 turns the kind off. PINNED: pinned memory cannot be
+ * had (the staging falls back to pageable memory); HOST: no staging buffer
+ * at all (rk_stg_buf_get fails); COPY: a copy to or from the device fails. */
+#define RK_STG_FAULT_PINNED 0
+#define RK_STG_FAULT_HOST 1
+#define RK_STG_FAULT_COPY 2
+#define RK_STG_FAULTS 3
+RK_MPI_HIDDEN void rk_stg_fault_set(int what, unsigned first, unsigned every);
+RK_MPI_HIDDEN unsigned rk_stg_fault_hits(int what);
+
+/* The reserve (one chunk set aside at init) for need bytes, held until
+ * rk_stg_reserve_give; NULL when need is larger or there is none. */
+RK_MPI_HIDDEN char *rk_stg_reserve_take(size_t need);
+RK_MPI_HIDDEN void rk_stg_reserve_give(void);
+
 /* The chunk size (RANKMEM_STAGING_CHUNK). */
 RK_MPI_HIDDEN size_t rk_stg_chunk(void);
 

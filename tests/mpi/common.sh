@@ -44,6 +44,9 @@ if "$MPIRUN" --version 2>&1 | grep -qi 'open mpi\|open-mpi\|openrte'; then
     mpirun_flags=--oversubscribe
 fi
 limit=${RKT_TIMEOUT:-120}
+# RKT_MPI_SHORT=1: the long matrices on their smallest job only (CI's
+# second and third builds of the same sources: distcheck, sanitizers).
+short=${RKT_MPI_SHORT:-0}
 
 # mpi_run TAG NP [VAR=VALUE...] PROGRAM [ARGS...]: run under the launcher
 # (through env(1), so that the settings reach every rank whatever the
