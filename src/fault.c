@@ -22,7 +22,6 @@
 #include "internal.h"
 #include "config_internal.h"
 
-#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -272,9 +271,11 @@ static void apply(fault_t *f, const rankmem_fault_params_t *p)
     uint64_t bits;
     memcpy(&bits, &p->rate, sizeof bits);
     STORE(f->rate_bits, bits);
-    /* rate * 2^64, below 2^64 for rate < 1 (doubles below 1 have at most 53 bits). */
+    /* rate * 2^64, below 2^64 for rate < 1 (doubles below 1 have at most 53 bits);
+     * a product, not ldexp: the library does not link libm. */
     STORE(f->always, p->rate >= 1.0);
-    STORE(f->threshold, p->rate >= 1.0 ? UINT64_MAX : (uint64_t)ldexp(p->rate, 64));
+    STORE(f->threshold,
+          p->rate >= 1.0 ? UINT64_MAX : (uint64_t)(p->rate * 18446744073709551616.0));
     STORE(f->status, (int)p->status);
     STORE(f->counted, 0ull);
     STORE(f->enabled, p->enabled != 0);
