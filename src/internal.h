@@ -39,7 +39,7 @@ static inline int rk_is_pow2(size_t n) { return n && !(n & (n - 1)); }
 static inline rankmem_status_t rk_allocate_checked(rankmem_resource_t *mr, size_t bytes,
                                                    size_t alignment, void **ptr_p)
 {
-    if (RK_UNLIKELY(bytes > SIZE_MAX / 2 - alignment))
+    if (RK_UNLIKELY(alignment > RANKMEM_MAX_ALIGNMENT || bytes > SIZE_MAX / 2 - alignment))
         return rankmem_allocate(mr, bytes, alignment, ptr_p); /* which reports it */
     return mr->ops->allocate(mr, bytes, alignment, NULL, ptr_p);
 }

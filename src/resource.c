@@ -113,13 +113,44 @@ static inline rankmem_status_t check_alloc_args(rankmem_resource_t *mr, size_t b
     else if (RK_UNLIKELY(!rk_is_pow2(a)))
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
                         "%s: alignment %zu is not a power of two", mr->ops->name, a);
+    else if (RK_UNLIKELY(a > RANKMEM_MAX_ALIGNMENT))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "%s: alignment %zu is above the largest supported, %zu (1 GiB)",
+                        mr->ops->name, a, RANKMEM_MAX_ALIGNMENT);
     else if (a < RANKMEM_DEFAULT_ALIGNMENT)
         a = RANKMEM_DEFAULT_ALIGNMENT;
-    /* Leaves room for rounding up by the alignment without overflow. */
+    /* Leaves room for rounding up by the alignment (and adding it again, as
+     * padding adaptors do) without overflow: a <= 2^30 here, so the
+     * subtraction cannot wrap. */
     if (RK_UNLIKELY(bytes > SIZE_MAX / 2 - a))
-        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "%s: allocate of %zu bytes is too large",
-                        mr->ops->name, bytes);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY,
+                        "%s: allocate of %zu bytes at alignment %zu is too large",
+                        mr->ops->name, bytes, a);
     *alignment = a;
+    return RANKMEM_SUCCESS;
+}
+
+/* What rankmem_deallocate_async checks, for each block of deallocate_many too. */
+static rankmem_status_t check_dealloc_args(rankmem_resource_t *mr, const void *ptr, size_t bytes,
+                                           size_t alignment)
+{
+    if (RK_UNLIKELY(!ptr))
+        return rk_error(RANKMEM_ERR_INVALID_POINTER, "%s: deallocate of NULL", mr->ops->name);
+    if (RK_UNLIKELY(alignment && !rk_is_pow2(alignment)))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "%s: alignment %zu is not a power of two", mr->ops->name, alignment);
+    if (RK_UNLIKELY(alignment > RANKMEM_MAX_ALIGNMENT))
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "%s: alignment %zu is above the largest supported, %zu (1 GiB)",
+                        mr->ops->name, alignment, RANKMEM_MAX_ALIGNMENT);
+    /* allocate never hands out such a block; resources that add the
+     * alignment to the size on free must not see it either. */
+    size_t a = alignment < RANKMEM_DEFAULT_ALIGNMENT ? RANKMEM_DEFAULT_ALIGNMENT : alignment;
+    if (RK_UNLIKELY(bytes > SIZE_MAX / 2 - a))
+        return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                        "%s: deallocate of %p with %zu bytes: no allocation is that large; not "
+                        "freed",
+                        mr->ops->name, ptr, bytes);
     return RANKMEM_SUCCESS;
 }
 
@@ -137,11 +168,9 @@ rankmem_status_t rankmem_deallocate_async(rankmem_resource_t *mr, void *ptr, siz
 {
     if (RK_UNLIKELY(!mr))
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "deallocate: NULL resource");
-    if (RK_UNLIKELY(!ptr))
-        return rk_error(RANKMEM_ERR_INVALID_POINTER, "%s: deallocate of NULL", mr->ops->name);
-    if (RK_UNLIKELY(alignment && !rk_is_pow2(alignment)))
-        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
-                        "%s: alignment %zu is not a power of two", mr->ops->name, alignment);
+    rankmem_status_t st = check_dealloc_args(mr, ptr, bytes, alignment);
+    if (RK_UNLIKELY(st != RANKMEM_SUCCESS))
+        return st;
     return rk_deallocate_checked(mr, ptr, bytes, alignment, stream);
 }
 
@@ -173,7 +202,9 @@ rankmem_status_t rankmem_deallocate_many(rankmem_resource_t *mr, const rankmem_b
         size_t m = n - base < RK_BATCH ? n - base : RK_BATCH;
         int checked = 1;
         for (size_t i = 0; i < m && checked; i++)
-            checked = c[i].ptr && (!c[i].alignment || rk_is_pow2(c[i].alignment));
+            checked = c[i].ptr && (!c[i].alignment || rk_is_pow2(c[i].alignment)) &&
+                      c[i].alignment <= RANKMEM_MAX_ALIGNMENT &&
+                      c[i].bytes <= SIZE_MAX / 2 - RANKMEM_MAX_ALIGNMENT;
         rankmem_status_t st[RK_BATCH];
         if (checked) {
             rk_deallocate_many(mr, c, m, NULL, st);

@@ -5,6 +5,7 @@
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
+#include "flaky.h"
 
 static int cb_calls;
 static rankmem_status_t cb_alloc(void *arg, size_t bytes, size_t alignment,
@@ -278,6 +279,123 @@ static void test_listeners(void)
     rankmem_resource_release(cur);
 }
 
+/* Issue 31, defect 3: size arithmetic must not wrap at huge alignments.
+ * Every resource and common chain, over an upstream that records the
+ * largest request: alignments above RANKMEM_MAX_ALIGNMENT are
+ * INVALID_ARGUMENT, bytes + alignment above SIZE_MAX / 2 OUT_OF_MEMORY, both
+ * before anything reaches the upstream; sizes just inside the bound fail
+ * (nothing that large exists) without a wrapped request upstream and
+ * without keeping anything. */
+static void test_defect3_huge_alignment(void)
+{
+    static const char *const chains[] = {
+        "system", "pool", "arena(size=64MiB)", "fixed(block=4096)", "binning", "caching",
+        "aligned(alignment=4096)", "limit(bytes=1GiB)", "stats", "tracking", "retry",
+        "threadsafe", "stats>pool", "tracking>pool", "binning>pool(max=24MiB)",
+        "stats>binning>pool", "limit(bytes=1GiB)>pool", "aligned(alignment=64KiB)>pool",
+        "caching>pool", "stats>caching", "tracking>arena(size=64MiB)", "stats>fixed(block=1MiB)"};
+    static const size_t huge_align[] = {(size_t)1 << 63, (size_t)1 << 62, SIZE_MAX / 2 + 1,
+                                        (size_t)1 << 31};
+    static const size_t huge_bytes[] = {SIZE_MAX, SIZE_MAX - 255, SIZE_MAX / 2 + 1, SIZE_MAX / 2};
+    static const size_t aligns[] = {0, 4096, RANKMEM_MAX_ALIGNMENT};
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        flaky_t f = {0};
+        f.refuse_above = (size_t)1 << 30; /* nothing absurd reaches posix_memalign */
+        rankmem_resource_t *up = flaky_new(&f), *mr = NULL;
+        if (!up || rankmem_resource_from_spec_upstream(chains[c], up, &mr) != RANKMEM_SUCCESS) {
+            ok(0, "defect 3: %s: built (%s)", chains[c], rankmem_last_error());
+            continue;
+        }
+        int bad = 0;
+        void *p = (void *)0x1;
+        /* Alignments above the maximum, with small and huge sizes. */
+        for (size_t i = 0; i < sizeof huge_align / sizeof huge_align[0]; i++)
+            for (size_t b = 0; b < 3; b++) {
+                size_t bytes = b == 0 ? 4096 : b == 1 ? SIZE_MAX : SIZE_MAX / 2;
+                size_t calls = f.calls;
+                rankmem_status_t st = rankmem_allocate(mr, bytes, huge_align[i], &p);
+                if (st != RANKMEM_ERR_INVALID_ARGUMENT || f.calls != calls) {
+                    if (!bad++)
+                        diag("%s: %zu bytes at alignment %zu: %s, %zu upstream calls", chains[c],
+                             bytes, huge_align[i], rankmem_status_string(st), f.calls - calls);
+                }
+            }
+        ok(!bad, "defect 3: %s: alignments 2^63, 2^62, SIZE_MAX/2+1, 2^31 are INVALID_ARGUMENT "
+                 "before the upstream is asked", chains[c]);
+        /* Sizes that cannot fit with their alignment. */
+        bad = 0;
+        for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++)
+            for (size_t b = 0; b < sizeof huge_bytes / sizeof huge_bytes[0]; b++) {
+                size_t calls = f.calls;
+                rankmem_status_t st = rankmem_allocate(mr, huge_bytes[b], aligns[i], &p);
+                if (st != RANKMEM_ERR_OUT_OF_MEMORY || f.calls != calls) {
+                    if (!bad++)
+                        diag("%s: %zu bytes at alignment %zu: %s, %zu upstream calls", chains[c],
+                             huge_bytes[b], aligns[i], rankmem_status_string(st), f.calls - calls);
+                }
+            }
+        ok(!bad, "defect 3: %s: SIZE_MAX, SIZE_MAX-255, SIZE_MAX/2+1, SIZE_MAX/2 bytes are "
+                 "OUT_OF_MEMORY before the upstream is asked", chains[c]);
+        /* Just inside the dispatcher's bound: each resource's own rounding. */
+        bad = 0;
+        for (size_t i = 0; i < sizeof aligns / sizeof aligns[0]; i++) {
+            size_t a = aligns[i] ? aligns[i] : RANKMEM_DEFAULT_ALIGNMENT;
+            size_t edge[] = {SIZE_MAX / 2 - a, SIZE_MAX / 2 - a - 1, SIZE_MAX / 4 + 1,
+                             ((size_t)1 << 62) - 255};
+            for (size_t b = 0; b < sizeof edge / sizeof edge[0]; b++) {
+                size_t blocks = f.live_blocks;
+                f.largest = 0;
+                rankmem_status_t st = rankmem_allocate(mr, edge[b], aligns[i], &p);
+                if (st == RANKMEM_SUCCESS || f.largest > SIZE_MAX / 2 ||
+                    (f.largest && f.largest < edge[b]) || f.live_blocks != blocks) {
+                    if (!bad++)
+                        diag("%s: %zu bytes at alignment %zu: %s; largest upstream request %zu, "
+                             "upstream blocks %zu -> %zu",
+                             chains[c], edge[b], aligns[i], rankmem_status_string(st), f.largest,
+                             blocks, f.live_blocks);
+                }
+            }
+        }
+        ok(!bad, "defect 3: %s: sizes just below SIZE_MAX/2 fail, the upstream sees no wrapped "
+                 "size and keeps nothing new", chains[c]);
+        ok(p == (void *)0x1, "defect 3: %s: no output written", chains[c]);
+        /* Frees that describe no possible allocation change nothing. */
+        void *q = NULL;
+        rankmem_status_t st = rankmem_allocate(mr, 1000, 0, &q);
+        is_status(st, RANKMEM_SUCCESS, "defect 3: %s: an ordinary allocation", chains[c]);
+        if (st == RANKMEM_SUCCESS) {
+            is_status(rankmem_deallocate(mr, q, 1000, (size_t)1 << 63),
+                      RANKMEM_ERR_INVALID_ARGUMENT, "defect 3: %s: free at alignment 2^63",
+                      chains[c]);
+            is_status(rankmem_deallocate(mr, q, SIZE_MAX, 0), RANKMEM_ERR_INVALID_POINTER,
+                      "defect 3: %s: free of SIZE_MAX bytes", chains[c]);
+            is_status(rankmem_deallocate(mr, q, 1000, 0), RANKMEM_SUCCESS,
+                      "defect 3: %s: then the right free", chains[c]);
+        }
+        is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "defect 3: %s: released",
+                  chains[c]);
+        ok(f.live_blocks == 0 && f.live_bytes == 0, "defect 3: %s: the upstream has all back",
+           chains[c]);
+        rankmem_resource_release(up);
+    }
+    /* The real leaves: refused before posix_memalign sees anything. */
+    static const char *const leaves[] = {"system", "pool>system", "stats>system",
+                                         "vmm(backend=host,reserve=1GiB)"};
+    for (size_t c = 0; c < sizeof leaves / sizeof leaves[0]; c++) {
+        rankmem_resource_t *mr = NULL;
+        if (rankmem_resource_from_spec(leaves[c], &mr) != RANKMEM_SUCCESS) {
+            ok(0, "defect 3: %s: built (%s)", leaves[c], rankmem_last_error());
+            continue;
+        }
+        void *p = NULL;
+        is_status(rankmem_allocate(mr, 4096, (size_t)1 << 63, &p), RANKMEM_ERR_INVALID_ARGUMENT,
+                  "defect 3: %s: 4096 bytes at alignment 2^63", leaves[c]);
+        is_status(rankmem_allocate(mr, SIZE_MAX - 4095, 4096, &p), RANKMEM_ERR_OUT_OF_MEMORY,
+                  "defect 3: %s: SIZE_MAX-4095 bytes at alignment 4096", leaves[c]);
+        rankmem_resource_release(mr);
+    }
+}
+
 int main(void)
 {
     rankmem_resource_t *sys = NULL;
@@ -289,6 +407,7 @@ int main(void)
     test_user_resource_and_lifetime();
     test_registry();
     test_listeners();
+    test_defect3_huge_alignment();
 
     /* Forgetting a stream walks the chain; resources without per-stream state ignore it. */
     rankmem_resource_t *chain = NULL;

@@ -21,6 +21,11 @@ typedef struct CUstream_st *rankmem_stream_t;
 
 /* Alignment used when 0 is passed: what cudaMalloc guarantees. */
 #define RANKMEM_DEFAULT_ALIGNMENT ((size_t)256)
+/* The largest alignment any call takes (1 GiB, the largest huge page of
+ * x86-64 and Arm; GPU granules are 2 MiB). More is RANKMEM_ERR_INVALID_ARGUMENT
+ * (allocate, deallocate, the aligned adaptor, spec strings), so that no size
+ * arithmetic of a resource can wrap: bytes + alignment stays below SIZE_MAX / 2. */
+#define RANKMEM_MAX_ALIGNMENT ((size_t)1 << 30)
 
 /* Properties recorded at creation. */
 #define RANKMEM_PROP_DEVICE_ACCESSIBLE 0x1u /* kernels may touch it */
@@ -120,7 +125,13 @@ RANKMEM_API rankmem_status_t rankmem_resource_release(rankmem_resource_t *mr);
 
 /* Stream-ordered: valid on stream from the point allocate returns; after
  * deallocate on a stream, the memory may be reused by work on that stream at
- * once. alignment 0 means RANKMEM_DEFAULT_ALIGNMENT. */
+ * once. alignment 0 means RANKMEM_DEFAULT_ALIGNMENT.
+ * Checked here, before any resource sees the call: 0 bytes, an alignment that
+ * is not a power of two or is above RANKMEM_MAX_ALIGNMENT are
+ * RANKMEM_ERR_INVALID_ARGUMENT; bytes + alignment above SIZE_MAX / 2 (no
+ * memory could hold it) is RANKMEM_ERR_OUT_OF_MEMORY. A deallocate with such
+ * bytes and alignment describes no allocation: RANKMEM_ERR_INVALID_POINTER
+ * (INVALID_ARGUMENT for the alignment), nothing freed. */
 RANKMEM_API rankmem_status_t rankmem_allocate_async(rankmem_resource_t *mr, size_t bytes,
                                                     size_t alignment, rankmem_stream_t stream,
                                                     void **ptr_p);
