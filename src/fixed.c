@@ -42,10 +42,19 @@
  * stream's own stack. Over a host upstream streams are only labels.
  *
  * Alignment: batches are asked of the upstream at the largest power of two
- * that divides the block size, at most 4 KiB (so every block has it too). An
- * upstream that refuses that (cudaMalloc guarantees only 256) is asked again
- * at 256, and from then on the resource serves only 256-byte alignment.
- * Larger alignments are RANKMEM_ERR_NOT_SUPPORTED. */
+ * that divides the block size, at most 4 KiB (so every block has it too).
+ * When the upstream refuses that alignment, what it said decides:
+ *  - RANKMEM_ERR_NOT_SUPPORTED means it cannot give it at all (the cuda
+ *    resource: cudaMalloc guarantees 256 only): batches are asked at 256 from
+ *    then on, and larger alignments are RANKMEM_ERR_NOT_SUPPORTED;
+ *  - anything else (out of memory, a limit, a pool too fragmented for the
+ *    alignment) may pass: the request that needs only 256 is served from a
+ *    batch asked at 256 this once, and the next batch is asked at the full
+ *    alignment again. Such a batch's blocks may lack the larger alignment;
+ *    an aligned request passes over them (alloc_aligned), and trim gives the
+ *    batch back once it is free.
+ * Over a host upstream (posix_memalign) no failure lowers the alignment for
+ * good, and over cudaMalloc the first refusal does. */
 #define _GNU_SOURCE
 #include "internal.h"
 #include "fixed.h"
@@ -137,7 +146,7 @@ typedef struct {
     unsigned shift;     /* log2(bs) when bs is a power of two, else 0 */
     uint64_t magic;     /* Lemire's constant for dividing by bs / 256 otherwise */
     size_t max_align;   /* largest alignment a block can have */
-    size_t batch_align; /* alignment asked of the upstream (atomic: lowered once) */
+    size_t batch_align; /* alignment asked of the upstream (atomic: lowered once, on NOT_SUPPORTED) */
     int use_events;     /* upstream memory is used by kernels: order streams with events */
     shard_t *shards;
     /* The table, read without a lock. */
@@ -437,8 +446,10 @@ static void drop_batch(fixed_t *f, batch_t *b)
     pthread_mutex_unlock(&f->grow_lock);
 }
 
-/* A new batch from the upstream, in the table, every block FREE (no shard lock held). */
-static rankmem_status_t grow(fixed_t *f, rankmem_stream_t stream, batch_t **b_p)
+/* A new batch from the upstream, in the table, every block FREE (no shard
+ * lock held). need: the alignment the caller's request needs (UNIT, or more
+ * for alloc_aligned, which a batch asked at 256 would not serve). */
+static rankmem_status_t grow(fixed_t *f, rankmem_stream_t stream, size_t need, batch_t **b_p)
 {
     rankmem_resource_t *up = f->base.upstream;
     rankmem_status_t st = RANKMEM_SUCCESS;
@@ -453,14 +464,23 @@ static rankmem_status_t grow(fixed_t *f, rankmem_stream_t stream, batch_t **b_p)
         goto out;
     }
     void *mem = NULL;
-    size_t align = f->batch_align;
+    size_t align = __atomic_load_n(&f->batch_align, __ATOMIC_RELAXED);
+    if (need > align) { /* lowered by another thread since the caller looked */
+        st = rk_error(RANKMEM_ERR_NOT_SUPPORTED,
+                      "fixed: alignment %zu; the upstream gives batches aligned to %zu only", need,
+                      align);
+        goto out;
+    }
     st = up->ops->allocate(up, f->batch_bytes, align, stream, &mem);
     if (st != RANKMEM_SUCCESS && align > UNIT) {
-        /* The upstream may not give this alignment (cudaMalloc): 256 from now on. */
-        align = UNIT;
-        st = up->ops->allocate(up, f->batch_bytes, align, stream, &mem);
-        if (st == RANKMEM_SUCCESS)
+        /* The rule of the header: only NOT_SUPPORTED lowers the alignment for
+         * good; any other failure may pass, and lowers it for this batch only. */
+        if (st == RANKMEM_ERR_NOT_SUPPORTED)
             __atomic_store_n(&f->batch_align, UNIT, __ATOMIC_RELAXED);
+        if (need <= UNIT) {
+            align = UNIT;
+            st = up->ops->allocate(up, f->batch_bytes, align, stream, &mem);
+        }
     }
     if (st != RANKMEM_SUCCESS)
         goto out; /* the upstream's error stands */
@@ -537,8 +557,20 @@ static int steal(fixed_t *f, shard_t *sh, rankmem_stream_t stream, rankmem_statu
     return 0;
 }
 
-/* sh is locked and the stream's stack is empty: find or make a block. Unlocks sh. */
-static rankmem_status_t alloc_slow(fixed_t *f, shard_t *sh, rankmem_stream_t stream,
+/* Put a new batch's blocks on s, reversed, so that it is handed out in address order. */
+static void push_batch(fixed_t *f, shard_t *sh, slist_t *s, batch_t *b)
+{
+    for (size_t i = f->nblocks; i-- > 0;) {
+        s->e[s->n].ptr = b->base + i * f->bs;
+        s->e[s->n].state = &b->state[i];
+        s->n++;
+    }
+    add_nfree(sh, f->nblocks);
+}
+
+/* sh is locked and the stream's stack is empty: find or make a block (a new
+ * batch for a request that needs alignment `need`). Unlocks sh. */
+static rankmem_status_t alloc_slow(fixed_t *f, shard_t *sh, rankmem_stream_t stream, size_t need,
                                    void **ptr_p)
 {
     rankmem_status_t st = RANKMEM_SUCCESS;
@@ -579,7 +611,7 @@ static rankmem_status_t alloc_slow(fixed_t *f, shard_t *sh, rankmem_stream_t str
         }
         shard_unlock(sh);
         batch_t *b;
-        st = grow(f, stream, &b);
+        st = grow(f, stream, need, &b);
         shard_lock(sh);
         if (st != RANKMEM_SUCCESS)
             break;
@@ -589,13 +621,7 @@ static rankmem_status_t alloc_slow(fixed_t *f, shard_t *sh, rankmem_stream_t str
             drop_batch(f, b);
             return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for a free list");
         }
-        /* Reversed, so that the batch is handed out in address order. */
-        for (size_t i = f->nblocks; i-- > 0;) {
-            s->e[s->n].ptr = b->base + i * f->bs;
-            s->e[s->n].state = &b->state[i];
-            s->n++;
-        }
-        add_nfree(sh, f->nblocks);
+        push_batch(f, sh, s, b);
     }
     shard_unlock(sh);
     if (st == RANKMEM_SUCCESS) /* other threads kept taking what we found */
@@ -610,6 +636,21 @@ static rankmem_status_t fixed_deallocate(rankmem_resource_t *mr, void *ptr, size
 static rankmem_status_t alloc_aligned(fixed_t *f, size_t bytes, size_t alignment,
                                       rankmem_stream_t stream, void **ptr_p);
 
+/* A block for a request that needs alignment `need` (a new batch is asked at
+ * that much at least). */
+static inline rankmem_status_t alloc_block(fixed_t *f, size_t need, rankmem_stream_t stream,
+                                           void **ptr_p)
+{
+    shard_t *sh = my_shard(f);
+    lock_own(sh);
+    slist_t *s = sh->hint;
+    if (RK_LIKELY(s != NULL && s->stream == stream && s->n)) {
+        pop(sh, s, ptr_p);
+        return RANKMEM_SUCCESS;
+    }
+    return alloc_slow(f, sh, stream, need, ptr_p);
+}
+
 static rankmem_status_t fixed_allocate(rankmem_resource_t *mr, size_t bytes, size_t alignment,
                                        rankmem_stream_t stream, void **ptr_p)
 {
@@ -620,14 +661,50 @@ static rankmem_status_t fixed_allocate(rankmem_resource_t *mr, size_t bytes, siz
                         bytes, f->bs);
     if (RK_UNLIKELY(alignment > UNIT))
         return alloc_aligned(f, bytes, alignment, stream, ptr_p);
+    return alloc_block(f, UNIT, stream, ptr_p);
+}
+
+/* The calling thread's stack for the stream held a block without the
+ * alignment (from a batch asked at 256 while the upstream failed at more,
+ * see grow): swap an aligned free block of that stack to its top and take
+ * it, else take a block of a new batch asked at the full alignment. */
+static rankmem_status_t take_aligned(fixed_t *f, size_t alignment, rankmem_stream_t stream,
+                                     void **ptr_p)
+{
     shard_t *sh = my_shard(f);
     lock_own(sh);
-    slist_t *s = sh->hint;
-    if (RK_LIKELY(s != NULL && s->stream == stream && s->n)) {
-        pop(sh, s, ptr_p);
-        return RANKMEM_SUCCESS;
+    slist_t *s = list_for(sh, stream, 1);
+    if (!s) {
+        shard_unlock(sh);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for a free list");
     }
-    return alloc_slow(f, sh, stream, ptr_p);
+    for (size_t j = s->n; j-- > 0;)
+        if (!((uintptr_t)s->e[j].ptr & (alignment - 1))) {
+            ent_t t = s->e[j];
+            s->e[j] = s->e[s->n - 1];
+            s->e[s->n - 1] = t;
+            pop(sh, s, ptr_p);
+            return RANKMEM_SUCCESS;
+        }
+    if (!reserve(s, f->nblocks)) {
+        shard_unlock(sh);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for a free list");
+    }
+    shard_unlock(sh);
+    batch_t *b;
+    rankmem_status_t st = grow(f, stream, alignment, &b);
+    if (st != RANKMEM_SUCCESS)
+        return st;
+    shard_lock(sh);
+    s = list_for(sh, stream, 1);
+    if (!s || !reserve(s, f->nblocks)) {
+        shard_unlock(sh);
+        drop_batch(f, b);
+        return rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for a free list");
+    }
+    push_batch(f, sh, s, b); /* its first block, on top, has the alignment: b->align >= it */
+    pop(sh, s, ptr_p);
+    return RANKMEM_SUCCESS;
 }
 
 static rankmem_status_t alloc_aligned(fixed_t *f, size_t bytes, size_t alignment,
@@ -642,17 +719,18 @@ static rankmem_status_t alloc_aligned(fixed_t *f, size_t bytes, size_t alignment
                         "(put the aligned adaptor above, or use a pool)",
                         alignment, f->bs, have);
     void *p;
-    rankmem_status_t st = fixed_allocate(&f->base, bytes, UNIT, stream, &p);
+    rankmem_status_t st = alloc_block(f, alignment, stream, &p);
     if (st != RANKMEM_SUCCESS)
         return st;
-    if ((uintptr_t)p & (alignment - 1)) { /* the upstream stopped giving the alignment meanwhile */
-        fixed_deallocate(&f->base, p, bytes, UNIT, stream);
-        return rk_error(RANKMEM_ERR_NOT_SUPPORTED,
-                        "fixed: alignment %zu; the upstream gives batches aligned to %zu only",
-                        alignment, (size_t)UNIT);
+    if (RK_LIKELY(!((uintptr_t)p & (alignment - 1)))) {
+        *ptr_p = p;
+        return RANKMEM_SUCCESS;
     }
-    *ptr_p = p;
-    return RANKMEM_SUCCESS;
+    /* p (kept live meanwhile: no other thread takes it only to meet the same
+     * problem) goes back once the search is over. */
+    st = take_aligned(f, alignment, stream, ptr_p);
+    fixed_deallocate(&f->base, p, bytes, UNIT, stream);
+    return st;
 }
 
 static rankmem_status_t fixed_deallocate(rankmem_resource_t *mr, void *ptr, size_t bytes,
@@ -1009,14 +1087,8 @@ rankmem_status_t rk_fixed_new(rankmem_resource_t *upstream, size_t block_size,
         batch_t *b;
         if (!l || !reserve(l, nb))
             st = rk_error(RANKMEM_ERR_OUT_OF_MEMORY, "fixed: no host memory for its free lists");
-        else if ((st = grow(f, NULL, &b)) == RANKMEM_SUCCESS) {
-            for (size_t i = nb; i-- > 0;) {
-                l->e[l->n].ptr = b->base + i * bs;
-                l->e[l->n].state = &b->state[i];
-                l->n++;
-            }
-            add_nfree(sh, nb);
-        }
+        else if ((st = grow(f, NULL, UNIT, &b)) == RANKMEM_SUCCESS)
+            push_batch(f, sh, l, b);
     }
     if (st != RANKMEM_SUCCESS) {
         /* Nothing was handed out: undo by hand, the upstream reference too. */

@@ -10,6 +10,7 @@
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
+#include "flaky.h"
 #include "stress_harness.h"
 
 
@@ -341,11 +342,52 @@ static void test_threads(void)
     ok(fin, "chain gone");
 }
 
+/* Issue 31, defect 1, as the issue found it: binning>pool(max=24MiB) over
+ * an upstream that fails once while a 4 MiB bin makes a batch. */
+static void test_defect1_transient_alignment(void)
+{
+    flaky_t f = {0};
+    rankmem_resource_t *up = flaky_new(&f), *mr = NULL;
+    if (!up || rankmem_resource_from_spec_upstream("binning>pool(max=24MiB)", up, &mr) !=
+                   RANKMEM_SUCCESS)
+        BAIL_OUT("binning>pool(max=24MiB): %s", rankmem_last_error());
+    void *a = NULL, *b = NULL;
+    is_status(rankmem_allocate(mr, 3 * MiB, 512, &a), RANKMEM_SUCCESS,
+              "defect 1: binning>pool: 3 MiB at alignment 512");
+    f.fail_at = f.calls + 1;
+    is_status(rankmem_allocate(mr, 3 * MiB, 0, &b), RANKMEM_SUCCESS,
+              "defect 1: binning>pool: 3 MiB while the upstream fails once");
+    ok(f.failed == 1, "defect 1: binning>pool: the upstream did fail (%zu)", f.failed);
+    rankmem_deallocate(mr, a, 3 * MiB, 512);
+    rankmem_deallocate(mr, b, 3 * MiB, 0);
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "defect 1: binning>pool: trim");
+    a = NULL;
+    is_status(rankmem_allocate(mr, 3 * MiB, 512, &a), RANKMEM_SUCCESS,
+              "defect 1: binning>pool: 3 MiB at alignment 512 after free all and trim");
+    if (!a)
+        diag("  %s", rankmem_last_error());
+    ok(a && (uintptr_t)a % 512 == 0, "defect 1: binning>pool: is 512-aligned");
+    void *c[4];
+    int all = 1;
+    for (int i = 0; i < 4; i++) /* every 1-4 MiB bin */
+        if (rankmem_allocate(mr, (size_t)(i + 1) * MiB - 100, 4096, &c[i]) != RANKMEM_SUCCESS ||
+            (uintptr_t)c[i] % 4096)
+            all = 0;
+        else
+            rankmem_deallocate(mr, c[i], (size_t)(i + 1) * MiB - 100, 4096);
+    ok(all, "defect 1: binning>pool: alignment 4096 from every bin of 1 to 4 MiB");
+    rankmem_deallocate(mr, a, 3 * MiB, 512);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "defect 1: binning>pool: released");
+    ok(f.live_blocks == 0, "defect 1: binning>pool: nothing outstanding upstream");
+    rankmem_resource_release(up);
+}
+
 int main(void)
 {
     test_bad_input();
     test_routing();
     test_busy();
+    test_defect1_transient_alignment();
     static const unsigned long long seeds[] = {11, 12, 13};
     for (int i = 0; i < 3; i++) {
         int fin;

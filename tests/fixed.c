@@ -9,6 +9,7 @@
 #include <rankmem.h>
 #include "tap.h"
 #include "counting.h"
+#include "flaky.h"
 #include "stress_harness.h"
 
 
@@ -415,12 +416,85 @@ static void test_threads(void)
     ok(fin, "chain gone");
 }
 
+/* Issue 31, defect 1: a transient upstream failure while a batch is made
+ * must not lower the batch alignment for good. The upstream hands out
+ * memory at 256 that is never 512-aligned, so a batch asked at 256 shows. */
+static void test_defect1_transient_alignment(void)
+{
+    const size_t MiB = (size_t)1 << 20;
+    flaky_t f = {0};
+    f.skew = 1;
+    rankmem_resource_t *up = flaky_new(&f), *mr = NULL;
+    if (!up || rankmem_fixed_create(up, 4 * MiB, 1, &mr) != RANKMEM_SUCCESS)
+        BAIL_OUT("fixed over flaky: %s", rankmem_last_error());
+    void *a = NULL, *b = NULL, *c = NULL, *d = NULL;
+    is_status(rankmem_allocate(mr, 3 * MiB, 512, &a), RANKMEM_SUCCESS,
+              "defect 1: 3 MiB at alignment 512");
+    ok(a && (uintptr_t)a % 512 == 0, "defect 1: is 512-aligned");
+    f.fail_at = f.calls + 1; /* the next upstream call fails, once */
+    is_status(rankmem_allocate(mr, 3 * MiB, 0, &b), RANKMEM_SUCCESS,
+              "defect 1: 3 MiB while the upstream fails once");
+    ok(f.failed == 1, "defect 1: the upstream did fail (%zu)", f.failed);
+    ok(b && (uintptr_t)b % 512 != 0, "defect 1: served from a batch asked at 256");
+    /* The free low block is on top of the stack: an aligned request passes over it. */
+    is_status(rankmem_deallocate(mr, b, 3 * MiB, 0), RANKMEM_SUCCESS, "defect 1: free it");
+    size_t calls = f.calls;
+    is_status(rankmem_allocate(mr, 3 * MiB, 512, &c), RANKMEM_SUCCESS,
+              "defect 1: 512 again, before any trim, with only the low block free");
+    ok(c && (uintptr_t)c % 512 == 0 && c != b, "defect 1: an aligned block of a new batch");
+    ok(f.calls == calls + 1, "defect 1: asked of the upstream at full alignment, once");
+    void *x = NULL;
+    rankmem_allocate(mr, 3 * MiB, 0, &x);
+    ok(x == b, "defect 1: the low block went back to the stack");
+    /* Now the low block on top, the aligned one under it. */
+    rankmem_deallocate(mr, c, 3 * MiB, 512);
+    rankmem_deallocate(mr, x, 3 * MiB, 0);
+    is_status(rankmem_allocate(mr, 3 * MiB, 512, &d), RANKMEM_SUCCESS,
+              "defect 1: 512 again, with an aligned block free under the low one");
+    ok(d == c, "defect 1: the aligned free block is found (%p, %p)", d, c);
+    rankmem_deallocate(mr, d, 3 * MiB, 512);
+    rankmem_deallocate(mr, a, 3 * MiB, 512);
+    is_status(rankmem_resource_trim(mr, 0), RANKMEM_SUCCESS, "defect 1: free all, trim");
+    ok(f.live_blocks == 0, "defect 1: every batch went back (%zu left)", f.live_blocks);
+    a = NULL;
+    is_status(rankmem_allocate(mr, 3 * MiB, 512, &a), RANKMEM_SUCCESS,
+              "defect 1: 3 MiB at alignment 512 after the trim (the issue's reproduction)");
+    ok(a && (uintptr_t)a % 512 == 0, "defect 1: is 512-aligned");
+    rankmem_deallocate(mr, a, 3 * MiB, 512);
+    /* A request that needs the alignment is not served from a batch asked at 256. */
+    f.fail_at = f.calls + 1;
+    void *held;
+    rankmem_allocate(mr, 3 * MiB, 0, &held); /* the only free block: taken */
+    a = (void *)0x1;
+    is_status(rankmem_allocate(mr, 3 * MiB, 4096, &a), RANKMEM_ERR_OUT_OF_MEMORY,
+              "defect 1: 4096 while the upstream fails: its error, not a 256-aligned batch");
+    ok(a == (void *)0x1 && f.failed == 2, "defect 1: nothing handed out");
+    is_status(rankmem_allocate(mr, 3 * MiB, 4096, &a), RANKMEM_SUCCESS,
+              "defect 1: 4096 once the fault is over");
+    ok((uintptr_t)a % 4096 == 0, "defect 1: is 4096-aligned");
+    rankmem_deallocate(mr, a, 3 * MiB, 4096);
+    rankmem_deallocate(mr, held, 3 * MiB, 0);
+    /* NOT_SUPPORTED is what lowers it for good (cudaMalloc's case). */
+    rankmem_resource_trim(mr, 0);
+    f.fail_at = f.calls + 1;
+    f.fail_status = RANKMEM_ERR_NOT_SUPPORTED;
+    is_status(rankmem_allocate(mr, 3 * MiB, 0, &b), RANKMEM_SUCCESS,
+              "defect 1: an upstream that says NOT_SUPPORTED at 4096: served at 256");
+    is_status(rankmem_allocate(mr, 3 * MiB, 512, &c), RANKMEM_ERR_NOT_SUPPORTED,
+              "defect 1: then alignment 512 is NOT_SUPPORTED");
+    rankmem_deallocate(mr, b, 3 * MiB, 0);
+    is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "defect 1: released");
+    ok(f.live_blocks == 0 && f.live_bytes == 0, "defect 1: nothing outstanding upstream");
+    rankmem_resource_release(up);
+}
+
 int main(void)
 {
     test_bad_input();
     test_growth_and_trim();
     test_bad_pointers();
     test_streams();
+    test_defect1_transient_alignment();
 
     static const unsigned long long seeds[] = {1, 2, 3};
     for (int i = 0; i < 3; i++) {
