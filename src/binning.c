@@ -10,7 +10,10 @@
  * that allocate got (as for every resource); when the fixed bin (or the
  * upstream's record) it picks does not know the pointer, the other fixed bins
  * and the record are asked (by address: safe), so that a block allocated
- * with an alignment and freed with 0 is found. A user's bin is never asked
+ * with an alignment and freed with 0 is found. A fixed bin found that way
+ * frees the block only when its bytes route to that bin at some alignment
+ * (the alignment may differ, the size may not: 0 bytes, or the size of
+ * another bin, is refused and changes nothing). A user's bin is never asked
  * about a pointer that is not routed to it.
  *
  * The constructor makes fixed-size bins of 2^min_exp .. 2^max_exp bytes
@@ -192,12 +195,31 @@ static rankmem_status_t binning_allocate(rankmem_resource_t *mr, size_t bytes, s
     return large_allocate(b, bytes, alignment, stream, ptr_p);
 }
 
+/* Whether a request of bytes, at some alignment the fixed bin can give,
+ * routes to bin in table t or in a table it replaced (the block may have
+ * been allocated before a bin was added). */
+static int routes_to(const bintab_t *t, const rankmem_resource_t *bin, size_t bytes)
+{
+    if (bytes == 0)
+        return 0;
+    size_t most = rk_fixed_max_align(bin);
+    for (; t; t = t->retired)
+        for (size_t a = UNIT; a <= most; a <<= 1) {
+            size_t need = bytes > a ? bytes : a;
+            if (need <= t->largest && pick(t, need, a) == bin)
+                return 1;
+        }
+    return 0;
+}
+
 /* The route of (bytes, alignment) did not know ptr (tried: `tried`, a fixed
  * bin, or NULL for the upstream's record). The block may have been allocated
  * with another alignment than it is freed with: look for it where that is
  * safe to ask, the fixed bins (by address) and the record; never in a user's
- * bin. Returns the status of the free, or INVALID_POINTER (no error recorded)
- * when nobody has it. */
+ * bin. A fixed bin that holds ptr frees it only when bytes could have been
+ * its request: a wrong size would otherwise free a block by its address
+ * alone. Returns the status of the free, or INVALID_POINTER (no error
+ * recorded) when nobody has it. */
 static rankmem_status_t find_elsewhere(binning_t *b, const bintab_t *t,
                                        const rankmem_resource_t *tried, void *ptr, size_t bytes,
                                        rankmem_stream_t stream, int *found_p)
@@ -206,6 +228,11 @@ static rankmem_status_t find_elsewhere(binning_t *b, const bintab_t *t,
         rankmem_resource_t *bin = t->bins[i].mr;
         if (bin != tried && rk_fixed_is(bin) && rk_fixed_owns(bin, ptr)) {
             *found_p = 1;
+            if (!routes_to(t, bin, bytes))
+                return rk_error(RANKMEM_ERR_INVALID_POINTER,
+                                "binning: %p is a block of the bin of %zu bytes, freed with %zu "
+                                "bytes, which that bin never serves (wrong size); not freed",
+                                ptr, rk_fixed_block_size(bin), bytes);
             return bin->ops->deallocate(bin, ptr, bytes, UNIT, stream);
         }
     }

@@ -738,11 +738,13 @@ static rankmem_status_t fixed_deallocate(rankmem_resource_t *mr, void *ptr, size
 {
     (void)alignment;
     fixed_t *f = (fixed_t *)mr;
-    if (RK_UNLIKELY(bytes > f->bs))
+    /* Blocks are handed out whole and their request sizes are not kept: any
+     * size a block can serve (1 .. bs) frees it; 0 or more cannot be right. */
+    if (RK_UNLIKELY(bytes == 0 || bytes > f->bs))
         return rk_error(RANKMEM_ERR_INVALID_POINTER,
-                        "fixed: %p freed with %zu bytes, more than the block size of %zu bytes; "
+                        "fixed: %p freed with %zu bytes; blocks of %zu bytes serve 1 to %zu; "
                         "not freed",
-                        ptr, bytes, f->bs);
+                        ptr, bytes, f->bs, f->bs);
     uintptr_t base;
     batch_t *b = lookup(f, (uintptr_t)ptr, &base);
     if (RK_UNLIKELY(!b))

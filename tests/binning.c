@@ -382,12 +382,79 @@ static void test_defect1_transient_alignment(void)
     rankmem_resource_release(up);
 }
 
+/* Issue 31, defect 2: a free with a wrong size of a block that lies in one of
+ * binning's own bins is refused and changes nothing; memory from the
+ * upstream (above the largest bin) still goes back. */
+static void test_defect2_wrong_size(void)
+{
+    for (int over_system = 0; over_system < 2; over_system++) {
+        const char *on = over_system ? "over system" : "over a callback";
+        flaky_t f = {0};
+        rankmem_resource_t *up = NULL, *mr = NULL;
+        if (over_system)
+            rankmem_system_create(&up);
+        else
+            up = flaky_new(&f);
+        if (!up || rankmem_binning_create(up, 8, 22, &mr) != RANKMEM_SUCCESS)
+            BAIL_OUT("binning: %s", rankmem_last_error());
+        void *p = NULL, *r = NULL, *big = NULL, *k = NULL;
+        rankmem_allocate(mr, 4096, 0, &p);
+        rankmem_allocate(mr, 4096, 0, &r);
+        rankmem_allocate(mr, 5000, 0, &k); /* the 8 KiB bin */
+        rankmem_allocate(mr, 8 * MiB, 0, &big); /* above the largest bin: the upstream */
+        size_t live = q(mr, RANKMEM_QUERY_LIVE_COUNT), nfree = q(mr, RANKMEM_QUERY_FREE_BLOCKS);
+        size_t blocks = f.live_blocks;
+        static const struct {
+            size_t bytes, alignment;
+            const char *what;
+        } wrong[] = {{0, 0, "size 0"},
+                     {0, 4096, "size 0 at alignment 4096"},
+                     {8192, 0, "the size of the next bin"},
+                     {4097, 0, "one byte more"},
+                     {(size_t)1 << 30, 0, "a size above the largest bin"}};
+        for (size_t i = 0; i < sizeof wrong / sizeof wrong[0]; i++)
+            is_status(rankmem_deallocate(mr, p, wrong[i].bytes, wrong[i].alignment),
+                      RANKMEM_ERR_INVALID_POINTER, "defect 2: binning %s: free of a 4 KiB block with %s",
+                      on, wrong[i].what);
+        is_status(rankmem_deallocate(mr, k, 100, 0), RANKMEM_ERR_INVALID_POINTER,
+                  "defect 2: binning %s: an 8 KiB block freed with 100 bytes", on);
+        is_status(rankmem_deallocate(mr, big, 4096, 0), RANKMEM_ERR_INVALID_POINTER,
+                  "defect 2: binning %s: the upstream's block freed with a bin's size", on);
+        is_status(rankmem_deallocate(mr, big, 0, 0), RANKMEM_ERR_INVALID_POINTER,
+                  "defect 2: binning %s: the upstream's block freed with size 0", on);
+        ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == live && q(mr, RANKMEM_QUERY_FREE_BLOCKS) == nfree &&
+               f.live_blocks == blocks,
+           "defect 2: binning %s: nothing changed, upstream included", on);
+        is_status(rankmem_deallocate(mr, p, 4096, 0), RANKMEM_SUCCESS,
+                  "defect 2: binning %s: the right free afterwards", on);
+        is_status(rankmem_deallocate(mr, p, 4096, 0), RANKMEM_ERR_INVALID_POINTER,
+                  "defect 2: binning %s: then a double free is refused", on);
+        void *a = NULL, *b = NULL;
+        rankmem_allocate(mr, 4096, 0, &a);
+        rankmem_allocate(mr, 4096, 0, &b);
+        ok(a == p && b != p && b != r, "defect 2: binning %s: the block comes back once", on);
+        is_status(rankmem_deallocate(mr, k, 5000, 4096), RANKMEM_SUCCESS,
+                  "defect 2: binning %s: another alignment than allocate's is still found", on);
+        is_status(rankmem_deallocate(mr, big, 8 * MiB, 0), RANKMEM_SUCCESS,
+                  "defect 2: binning %s: the upstream's block with its size", on);
+        rankmem_deallocate(mr, a, 4096, 0);
+        rankmem_deallocate(mr, b, 4096, 0);
+        rankmem_deallocate(mr, r, 4096, 0);
+        is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS,
+                  "defect 2: binning %s: released", on);
+        ok(over_system || f.live_blocks == 0, "defect 2: binning %s: the upstream has all back",
+           on);
+        rankmem_resource_release(up);
+    }
+}
+
 int main(void)
 {
     test_bad_input();
     test_routing();
     test_busy();
     test_defect1_transient_alignment();
+    test_defect2_wrong_size();
     static const unsigned long long seeds[] = {11, 12, 13};
     for (int i = 0; i < 3; i++) {
         int fin;

@@ -488,6 +488,53 @@ static void test_defect1_transient_alignment(void)
     rankmem_resource_release(up);
 }
 
+/* Issue 31, defect 2: a free with size 0 (or more than a block) of a block
+ * in one of the resource's own batches is refused and changes nothing. */
+static void test_defect2_wrong_size(void)
+{
+    for (int over_system = 0; over_system < 2; over_system++) {
+        const char *on = over_system ? "over system" : "over a callback";
+        flaky_t f = {0};
+        rankmem_resource_t *up = NULL, *mr = NULL;
+        if (over_system)
+            rankmem_system_create(&up);
+        else
+            up = flaky_new(&f);
+        if (!up || rankmem_resource_from_spec_upstream("fixed(block=4096)", up, &mr) !=
+                       RANKMEM_SUCCESS)
+            BAIL_OUT("fixed(block=4096): %s", rankmem_last_error());
+        void *p = NULL, *r = NULL;
+        rankmem_allocate(mr, 4096, 0, &p);
+        rankmem_allocate(mr, 4096, 0, &r);
+        size_t live = q(mr, RANKMEM_QUERY_LIVE_COUNT), nfree = q(mr, RANKMEM_QUERY_FREE_BLOCKS);
+        size_t blocks = f.live_blocks;
+        is_status(rankmem_deallocate(mr, p, 0, 0), RANKMEM_ERR_INVALID_POINTER,
+                  "defect 2: fixed %s: free with size 0", on);
+        ok(strstr(rankmem_last_error(), "0 bytes") != NULL, "defect 2: says so: %s",
+           rankmem_last_error());
+        is_status(rankmem_deallocate(mr, p, 0, 4096), RANKMEM_ERR_INVALID_POINTER,
+                  "defect 2: fixed %s: size 0 at alignment 4096", on);
+        is_status(rankmem_deallocate(mr, p, 4097, 0), RANKMEM_ERR_INVALID_POINTER,
+                  "defect 2: fixed %s: size 4097", on);
+        ok(q(mr, RANKMEM_QUERY_LIVE_COUNT) == live && q(mr, RANKMEM_QUERY_FREE_BLOCKS) == nfree &&
+               f.live_blocks == blocks,
+           "defect 2: fixed %s: nothing changed, upstream included", on);
+        is_status(rankmem_deallocate(mr, p, 4096, 0), RANKMEM_SUCCESS,
+                  "defect 2: fixed %s: the right free afterwards", on);
+        void *a = NULL, *b = NULL;
+        rankmem_allocate(mr, 4096, 0, &a);
+        rankmem_allocate(mr, 4096, 0, &b);
+        ok(a == p && b != p && b != r, "defect 2: fixed %s: the block comes back once", on);
+        rankmem_deallocate(mr, a, 4096, 0);
+        rankmem_deallocate(mr, b, 4096, 0);
+        rankmem_deallocate(mr, r, 4096, 0);
+        is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "defect 2: fixed %s: released",
+                  on);
+        ok(over_system || f.live_blocks == 0, "defect 2: fixed %s: the upstream has all back", on);
+        rankmem_resource_release(up);
+    }
+}
+
 int main(void)
 {
     test_bad_input();
@@ -495,6 +542,7 @@ int main(void)
     test_bad_pointers();
     test_streams();
     test_defect1_transient_alignment();
+    test_defect2_wrong_size();
 
     static const unsigned long long seeds[] = {1, 2, 3};
     for (int i = 0; i < 3; i++) {
