@@ -62,6 +62,14 @@ typedef struct sh_config {
                                  RANKMEM_SUCCESS: none) */
     /* Request size; r is the step's draw, sh_rng(state) gives more. */
     size_t (*size)(void *arg, unsigned r, unsigned long long *state);
+    /* An allocate failed with st (may be NULL: then cfg.refusal alone
+     * decides): returns SH_FAIL_ERROR (with why, cap bytes, saying what was
+     * wrong), SH_FAIL_REFUSED (allowed), or SH_FAIL_RECOVERED when it got
+     * the block after all, in *ptr_p (the same request, once the failure
+     * stopped). For fault injection: the checks after each failure. */
+    int (*on_failure)(void *arg, rankmem_resource_t *mr, int thread, size_t bytes,
+                      rankmem_stream_t stream, rankmem_status_t st, void **ptr_p, char *why,
+                      size_t cap);
     /* Called every step before the step's work (may be NULL): trims, queries,
      * "free all" under the others' feet. Returns how many of its calls failed. */
     int (*hook)(void *arg, rankmem_resource_t *mr, int thread, long step);
@@ -75,8 +83,11 @@ typedef struct sh_result {
     long served;     /* allocations served */
     long refused;    /* allocations refused with cfg.refusal */
     long handoffs;   /* blocks freed by a thread that did not allocate them */
+    long recovered;  /* failed allocations that cfg.on_failure got after all */
     char first_error[200];
 } sh_result_t;
+
+enum { SH_FAIL_ERROR, SH_FAIL_REFUSED, SH_FAIL_RECOVERED };
 
 typedef struct {
     unsigned char *p;
@@ -210,8 +221,30 @@ static inline void *sh_worker(void *arg)
         }
         if (n < cfg->live && (n == 0 || rnd % alloc_mod)) {
             sh_block_t b = {NULL, cfg->size(cfg->arg, rnd, &s), 0};
-            void *p;
+            void *p = (void *)run; /* any address: a failed call must leave it alone */
             rankmem_status_t st = rankmem_allocate_async(cfg->mr, b.n, 0, stream, &p);
+            if (st != RANKMEM_SUCCESS && p != (void *)run) {
+                r->errors++;
+                sh_note(r, "thread %d: a failed allocate of %zu bytes wrote its output", id,
+                        b.n);
+                continue;
+            }
+            if (st != RANKMEM_SUCCESS && cfg->on_failure) {
+                char why[sizeof r->first_error] = "";
+                int what = cfg->on_failure(cfg->arg, cfg->mr, id, b.n, stream, st, &p, why,
+                                           sizeof why);
+                if (what == SH_FAIL_REFUSED) {
+                    r->refused++;
+                    continue;
+                }
+                if (what != SH_FAIL_RECOVERED) {
+                    r->errors++;
+                    sh_note(r, "thread %d: allocate of %zu bytes: %s", id, b.n, why);
+                    continue;
+                }
+                r->recovered++;
+                st = RANKMEM_SUCCESS;
+            }
             if (st != RANKMEM_SUCCESS && cfg->refusal != RANKMEM_SUCCESS && st == cfg->refusal) {
                 r->refused++;
                 continue;
@@ -303,6 +336,7 @@ static inline int sh_run(const sh_config_t *cfg, sh_result_t *res)
         res->errors += p->errors, res->corrupt += p->corrupt;
         res->misaligned += p->misaligned, res->served += p->served;
         res->refused += p->refused, res->handoffs += p->handoffs;
+        res->recovered += p->recovered;
         if (!res->first_error[0] && p->first_error[0])
             memcpy(res->first_error, p->first_error, sizeof res->first_error);
     }
