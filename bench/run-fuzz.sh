@@ -5,12 +5,15 @@
 # resource until it has done at least --ops operations, and prints the
 # operation counts and the result. docs/replay.md says what is checked.
 #
-#   bench/run-fuzz.sh [--ops N] [--jobs J] [--dir DIR] [RESOURCE...]
+#   bench/run-fuzz.sh [--ops N] [--jobs J] [--dir DIR] [--fault] [RESOURCE...]
 #
 #   RESOURCE   pool, arena, binning, caching, fixed, vmm (default: all six)
 #   --ops N    operations per resource (default 10000000; e.g. 200000 for a smoke run)
 #   --jobs J   resources fuzzed at once (default 1)
 #   --dir DIR  build and corpus directory (default ${TMPDIR:-/tmp}/rankmem-fuzz)
+#   --fault    fault injection (FUZZ_FAULT=1: the fault resource under each
+#              resource, stats above it, the checks after every injected
+#              failure; docs/testing.md); its counts are printed too
 #
 # Environment: CC (default clang). Exit status: 0 every resource clean,
 # 1 a check failed or a sanitizer reported (the log's tail is printed),
@@ -21,6 +24,7 @@ src=$(cd "$(dirname "$0")/.." && pwd)
 ops=10000000
 jobs=1
 dir=${TMPDIR:-/tmp}/rankmem-fuzz
+fault=
 all="pool arena binning caching fixed vmm"
 resources=
 
@@ -30,6 +34,7 @@ while [ $# -gt 0 ]; do
     --ops) ops=${2:-}; shift 2 || usage ;;
     --jobs) jobs=${2:-}; shift 2 || usage ;;
     --dir) dir=${2:-}; shift 2 || usage ;;
+    --fault) fault=1; shift ;;
     -h|--help) usage ;;
     -*) echo "run-fuzz.sh: unknown option $1" >&2; usage ;;
     *)
@@ -61,6 +66,7 @@ if ! "$cc" -g -O1 -mcx16 -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
     exit 2
 fi
 
+if [ -n "$fault" ]; then export FUZZ_FAULT=1; else unset FUZZ_FAULT; fi
 export ASAN_OPTIONS=${ASAN_OPTIONS:-allocator_may_return_null=1:detect_leaks=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 
@@ -69,6 +75,10 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-halt_on_error=1:print_stacktrace=1}
 # refused; 5 releases with live blocks; ...").
 stat_line() { grep '^fuzz_suballoc: [0-9]* operations' "$1" | tail -n 1; }
 numbers() { stat_line "$1" | sed 's/; inputs per resource.*//' | tr -c '0-9\n' ' '; }
+# The fault line ("fuzz_suballoc: fault: 12 injected, 5 failed a call, 4
+# absorbed, 0 refused ..., 1 creations failed cleanly, 9 probes ..., 99
+# invariants checked"): its seven numbers.
+fault_numbers() { grep '^fuzz_suballoc: fault:' "$1" | tail -n 1 | tr -c '0-9\n' ' '; }
 inputs_of() { stat_line "$1" | sed -n "s/.*inputs per resource:.* $2 \([0-9]*\).*/\1/p"; }
 
 # fuzz RESOURCE: chunks of libFuzzer runs (each a process that prints its
@@ -77,6 +87,7 @@ fuzz() {
     local r=$1 corpus=$dir/corpus-$r log=$dir/$r.log
     local total=0 allocs=0 served=0 large=0 frees=0 trims=0 bad=0 busy=0 inputs=0 chunk=0
     local runs=$((ops / 1500 + 10)) t0 rc
+    local f_inj=0 f_failed=0 f_abs=0 f_ref=0 f_cre=0 f_probes=0 f_checks=0
     [ "$runs" -gt 2000 ] && runs=2000 # about 1,500 operations an input
     mkdir -p "$corpus"
     if [ -z "$(ls -A "$corpus")" ]; then
@@ -104,6 +115,12 @@ fuzz() {
         large=$((large + $4)) frees=$((frees + $5)) trims=$((trims + $6))
         bad=$((bad + $7)) busy=$((busy + $8))
         inputs=$((inputs + $(inputs_of "$dir/$r.chunk.log" "$r")))
+        if [ -n "$fault" ]; then
+            set -- $(fault_numbers "$dir/$r.chunk.log") 0 0 0 0 0 0 0
+            f_inj=$((f_inj + $1)) f_failed=$((f_failed + $2)) f_abs=$((f_abs + $3))
+            f_ref=$((f_ref + $4)) f_cre=$((f_cre + $5)) f_probes=$((f_probes + $6))
+            f_checks=$((f_checks + $7))
+        fi
         # Size the next chunk from what this one did per input.
         if [ "$total" -lt "$ops" ] && [ "$inputs" -gt 0 ]; then
             runs=$(( (ops - total) / (total / inputs + 1) + 200 ))
@@ -112,6 +129,10 @@ fuzz() {
     printf '%s PASS %d operations in %d inputs, %ds: %d allocate (%d served, %d too large for fixed), %d free, %d trim, %d bad free refused, %d releases with blocks live\n' \
         "$r" "$total" "$inputs" $(( $(date +%s) - t0 )) "$allocs" "$served" "$large" "$frees" \
         "$trims" "$bad" "$busy" >"$dir/$r.result"
+    if [ -n "$fault" ]; then
+        printf '%s fault: %d injected (%d failed a call, %d absorbed), %d refused for want of room once stopped, %d creations failed cleanly, %d probes against a fresh resource, %d invariants checked\n' \
+            "$r" "$f_inj" "$f_failed" "$f_abs" "$f_ref" "$f_cre" "$f_probes" "$f_checks" >>"$dir/$r.result"
+    fi
 }
 
 echo "fuzzing$(printf ' %s' $resources), at least $ops operations each, $jobs at once; logs in $dir"

@@ -28,6 +28,21 @@
  * every byte back and the resource must be finalized. A broken check
  * calls abort(), which libFuzzer reports with the input.
  *
+ * Fault injection (FUZZ_FAULT=1, issue 31): byte 2 configures a fault
+ * resource put between the resource and the counting upstream (failing at
+ * random, rate 0 to 7/16, and/or every 2nd to 23rd call, in runs of one or
+ * two; the vmm, a leaf, keeps its own map failures instead), and a stats
+ * adaptor goes on top. After every call in which a failure was injected:
+ * the call failed with the injector's status (or the resource absorbed
+ * it), its last error is that injection ("injected failure K", K one of
+ * this call's), its output is untouched, and the same request, the
+ * injector switched off, succeeds (a bounded pool, arena or vmm may be out
+ * of room instead). After every step the stats adaptor holds exactly what
+ * is live. At the end of an input (blocks freed, then a trim) requests of
+ * 1 B to 1 MiB at alignments up to 64 KiB are answered exactly as by a
+ * fresh resource of the same configuration (nothing changed for good),
+ * and a creation that failed under the injector kept nothing.
+ *
  * Build with -DFUZZ_MAIN for a main() without libFuzzer: it runs the files
  * given, or N random inputs ("fuzz_suballoc -n N [-s SEED]").
  *
@@ -77,6 +92,29 @@ static struct {
     } while (0)
 
 static const char *cur_name = "?";
+
+/* FUZZ_FAULT: the injector under the resource (read once, at initialization). */
+static int fault_mode;
+static struct {
+    unsigned long long injected, failed, absorbed, refused, creations, checks, probes;
+} fstats_;
+
+/* The number after the last "injected failure " in msg, or 0. */
+static unsigned long long injected_number(const char *msg)
+{
+    const char *k = NULL;
+    for (const char *s = msg; (s = strstr(s, "injected failure ")) != NULL; s++)
+        k = s;
+    return k ? strtoull(k + 17, NULL, 10) : 0;
+}
+
+static unsigned long long injected_so_far(rankmem_resource_t *mr)
+{
+    rankmem_fault_stats_t f = {.size = sizeof f};
+    if (rankmem_fault_get_stats(mr, &f) != RANKMEM_SUCCESS)
+        return 0;
+    return f.injected;
+}
 
 typedef struct {
     unsigned char *p;
@@ -285,6 +323,73 @@ static counting_t *checked_new(int *finalized)
 
 static void print_stats(void);
 
+/* The requests of the probe, all live at once, then freed; statuses in out. */
+static const size_t probe_sizes[] = {1, 300, 4096, 65536, (size_t)1 << 20};
+static const size_t probe_aligns[] = {0, 512, 4096, 65536};
+#define NPROBE (sizeof probe_sizes / sizeof *probe_sizes * sizeof probe_aligns / sizeof *probe_aligns)
+
+static void probe(rankmem_resource_t *mr, rankmem_status_t *out)
+{
+    void *p[NPROBE];
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof probe_sizes / sizeof *probe_sizes; i++)
+        for (size_t j = 0; j < sizeof probe_aligns / sizeof *probe_aligns; j++, k++) {
+            p[k] = NULL;
+            out[k] = rankmem_allocate(mr, probe_sizes[i], probe_aligns[j], &p[k]);
+            CHECK(out[k] != RANKMEM_SUCCESS ||
+                      (uintptr_t)p[k] % (probe_aligns[j] ? probe_aligns[j] : 256) == 0,
+                  "probe: %zu bytes at %zu misaligned", probe_sizes[i], probe_aligns[j]);
+        }
+    k = 0;
+    for (size_t i = 0; i < sizeof probe_sizes / sizeof *probe_sizes; i++)
+        for (size_t j = 0; j < sizeof probe_aligns / sizeof *probe_aligns; j++, k++)
+            if (out[k] == RANKMEM_SUCCESS)
+                CHECK(rankmem_deallocate(mr, p[k], probe_sizes[i], probe_aligns[j]) ==
+                          RANKMEM_SUCCESS,
+                      "probe: free");
+}
+
+/* Nothing changed for good: after a trim, mr (nothing live in it) answers
+ * the probe as a fresh resource of the same configuration does, with no
+ * failure injected in either. */
+static void probe_against_fresh(rankmem_resource_t *mr, int which, unsigned cfg,
+                                rankmem_resource_t *fault)
+{
+    int fin = 0;
+    counting_t *up = checked_new(&fin);
+    CHECK(up != NULL, "counting upstream");
+    rankmem_resource_t *fresh;
+    size_t limit;
+    rankmem_status_t st = build(which, cfg, &up->base, &fresh, &limit);
+    rankmem_resource_release(&up->base);
+    if (st != RANKMEM_SUCCESS) {
+        CHECK(fin, "upstream finalized after a failed build");
+        return;
+    }
+    if (which == R_VMM) /* no map failures in either */
+        rankmem_vmm_inject_map_failure(fresh, 0, 0), rankmem_vmm_inject_map_failure(mr, 0, 0);
+    if (fault)
+        rankmem_fault_enable(fault, 0);
+    st = rankmem_resource_trim(mr, 0);
+    CHECK(st == RANKMEM_SUCCESS || st == RANKMEM_ERR_NOT_SUPPORTED, "trim: %s",
+          rankmem_status_string(st));
+    rankmem_status_t want[NPROBE], got[NPROBE];
+    probe(fresh, want);
+    probe(mr, got);
+    size_t k = 0;
+    for (size_t i = 0; i < sizeof probe_sizes / sizeof *probe_sizes; i++)
+        for (size_t j = 0; j < sizeof probe_aligns / sizeof *probe_aligns; j++, k++)
+            CHECK(got[k] == want[k], "probe: %zu bytes at alignment %zu: %s, a fresh %s: %s",
+                  probe_sizes[i], probe_aligns[j], rankmem_status_string(got[k]), cur_name,
+                  rankmem_status_string(want[k]));
+    fstats_.checks += NPROBE;
+    fstats_.probes++;
+    if (fault)
+        rankmem_fault_enable(fault, 1);
+    CHECK(rankmem_resource_release(fresh) == RANKMEM_SUCCESS, "release of the fresh one");
+    CHECK(fin, "the fresh one's upstream finalized");
+}
+
 static void run(const uint8_t *data, size_t size)
 {
     static unsigned long long reported;
@@ -302,9 +407,44 @@ static void run(const uint8_t *data, size_t size)
     int finalized = 0;
     counting_t *up = checked_new(&finalized);
     CHECK(up != NULL, "counting upstream");
-    rankmem_resource_t *mr;
+    rankmem_resource_t *mr, *fault = NULL, *below = &up->base;
     size_t limit;
-    rankmem_status_t st = build(which, cfg, &up->base, &mr, &limit);
+    rankmem_status_t st;
+    /* Bounded: may refuse for want of room once the fault stops. */
+    int bounded = (which == R_POOL && (cfg & 4)) || which == R_ARENA || which == R_VMM;
+    if (fault_mode) {
+        unsigned fb = next(&in);
+        rankmem_fault_params_t fp;
+        rankmem_fault_params_default(&fp);
+        fp.rate = (fb & 7) / 16.0;
+        fp.every = (fb >> 3 & 7) ? 2 + 3 * (fb >> 3 & 7) : 0;
+        fp.count = 1 + (fb >> 6 & 1);
+        fp.seed = mix(size);
+        if (which != R_VMM) { /* a leaf: its own map failures instead */
+            st = rankmem_fault_create(&up->base, &fp, &fault);
+            CHECK(st == RANKMEM_SUCCESS, "rankmem_fault_create");
+            below = fault;
+        }
+    }
+    unsigned long long inj0 = fault ? injected_so_far(fault) : 0;
+    st = build(which, cfg, below, &mr, &limit);
+    if (st != RANKMEM_SUCCESS && fault && injected_so_far(fault) > inj0) {
+        /* Made under the injector, and failed for it: nothing kept. */
+        CHECK(st == RANKMEM_ERR_OUT_OF_MEMORY && injected_number(rankmem_last_error()) > inj0,
+              "creation failed under the injector with %s: %s", rankmem_status_string(st),
+              rankmem_last_error());
+        rankmem_resource_release(fault);
+        CHECK(up->outstanding_bytes == 0 && up->base.refcount == 1,
+              "a failed creation kept %zu bytes and %lu references", up->outstanding_bytes,
+              up->base.refcount - 1);
+        rankmem_resource_release(&up->base);
+        CHECK(finalized, "upstream finalized after a failed build");
+        fstats_.creations++;
+        fstats_.checks += 4;
+        return;
+    }
+    if (fault)
+        rankmem_resource_release(fault); /* mr holds it, until the end of the input */
     if (st != RANKMEM_SUCCESS) {
         /* Missing from this library (weak symbol), or a configuration it refuses. */
         CHECK(st != RANKMEM_ERR_INTERNAL, "build");
@@ -315,6 +455,14 @@ static void run(const uint8_t *data, size_t size)
     }
     rankmem_resource_release(&up->base); /* mr holds it; up stays readable until finalized */
     stats.inputs[which]++;
+    rankmem_resource_t *top = NULL; /* fault mode: the stats adaptor over mr */
+    size_t live_bytes = 0;
+    if (fault_mode) {
+        st = rankmem_stats_create(mr, &top);
+        CHECK(st == RANKMEM_SUCCESS, "rankmem_stats_create");
+        rankmem_resource_release(mr);
+        mr = top;
+    }
 
     static const rankmem_stream_t streams[4] = {
         NULL, (rankmem_stream_t)(uintptr_t)0x100, (rankmem_stream_t)(uintptr_t)0x200,
@@ -336,7 +484,41 @@ static void run(const uint8_t *data, size_t size)
             rankmem_stream_t s = streams[(b >> 5) & 3];
             void *p = (void *)foreign; /* must stay as is on failure */
             stats.allocs++;
+            unsigned long long i0 = 0;
+            if (fault) {
+                rankmem_allocate(NULL, 1, 0, NULL); /* a stale error: the next must be its own */
+                i0 = injected_so_far(fault);
+            }
             st = rankmem_allocate_async(mr, n, align, s, &p);
+            if (fault && injected_so_far(fault) > i0) {
+                unsigned long long i1 = injected_so_far(fault);
+                fstats_.injected += i1 - i0;
+                if (st == RANKMEM_SUCCESS) {
+                    fstats_.absorbed++;
+                } else {
+                    unsigned long long k = injected_number(rankmem_last_error());
+                    fstats_.failed++;
+                    fstats_.checks += 4;
+                    CHECK(st == RANKMEM_ERR_OUT_OF_MEMORY,
+                          "allocate of %zu at %zu: %s, not the injected out of memory", n,
+                          align, rankmem_status_string(st));
+                    CHECK(k > i0 && k <= i1,
+                          "the last error is not this call's injection (%llu to %llu)", i0 + 1,
+                          i1);
+                    CHECK(p == (void *)foreign, "output written by a failed allocate");
+                    /* The same request once the fault stops. */
+                    rankmem_fault_enable(fault, 0);
+                    st = rankmem_allocate_async(mr, n, align, s, &p);
+                    rankmem_fault_enable(fault, 1);
+                    CHECK(st == RANKMEM_SUCCESS ||
+                              (bounded && st == RANKMEM_ERR_OUT_OF_MEMORY &&
+                               !injected_number(rankmem_last_error())),
+                          "allocate of %zu at %zu refused once the fault stopped: %s", n, align,
+                          rankmem_status_string(st));
+                    if (st != RANKMEM_SUCCESS)
+                        fstats_.refused++;
+                }
+            }
             if (limit && n > limit) {
                 CHECK(st == RANKMEM_ERR_INVALID_ARGUMENT,
                       "allocate of %zu from a fixed resource of %zu-byte blocks: %s", n, limit,
@@ -357,6 +539,7 @@ static void run(const uint8_t *data, size_t size)
             blk_t nb = {p, n, tag = mix(tag + 1), s};
             fill(&nb);
             live[nlive++] = nb;
+            live_bytes += n;
         } else if (op <= 5 && nlive > 0) {
             int k = (int)(next(&in) % (unsigned)nlive);
             blk_t blk = live[k];
@@ -366,6 +549,7 @@ static void run(const uint8_t *data, size_t size)
             CHECK(st == RANKMEM_SUCCESS, "free of %p (%zu bytes): %s", (void *)blk.p, blk.n,
                   rankmem_status_string(st));
             live[k] = live[--nlive];
+            live_bytes -= blk.n;
             memmove(stale + 1, stale, sizeof stale - sizeof *stale);
             stale[0] = blk.p;
             stats.frees++;
@@ -399,6 +583,15 @@ static void run(const uint8_t *data, size_t size)
                   rankmem_status_string(st));
             stats.bad_frees++;
         }
+        if (top) {
+            /* The books: exactly what is live, whatever failed or was refused. */
+            rankmem_stats_t ss = {.size = sizeof ss};
+            rankmem_stats_get(top, &ss);
+            CHECK(ss.bytes_current == live_bytes && ss.count_current == (size_t)nlive,
+                  "stats hold %zu bytes in %zu blocks, %zu in %d live", ss.bytes_current,
+                  ss.count_current, live_bytes, nlive);
+            fstats_.checks++;
+        }
     }
 
     /* The end: free everything first, or release with blocks live. */
@@ -412,6 +605,8 @@ static void run(const uint8_t *data, size_t size)
             CHECK(st == RANKMEM_SUCCESS, "final free of %p: %s", (void *)live[i].p,
                   rankmem_status_string(st));
         }
+    if (top && !leave_live)
+        probe_against_fresh(mr, which, cfg, fault);
     st = rankmem_resource_release(mr);
     if (leave_live) {
         CHECK(st == RANKMEM_ERR_BUSY, "release with %d blocks live: %s", nlive,
@@ -446,6 +641,13 @@ static void print_stats(void)
             stats.bad_frees, stats.busy_releases, stats.inputs[R_POOL], stats.inputs[R_ARENA],
             stats.inputs[R_BINNING], stats.inputs[R_CACHING], stats.inputs[R_FIXED],
             stats.inputs[R_VMM], stats.skipped);
+    if (fault_mode)
+        fprintf(stderr,
+                "fuzz_suballoc: fault: %llu injected, %llu failed a call, %llu absorbed, %llu "
+                "refused for want of room once stopped, %llu creations failed cleanly, %llu "
+                "probes against a fresh resource, %llu invariants checked\n",
+                fstats_.injected, fstats_.failed, fstats_.absorbed, fstats_.refused,
+                fstats_.creations, fstats_.probes, fstats_.checks);
 }
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
@@ -456,6 +658,8 @@ int LLVMFuzzerInitialize(int *argc, char ***argv)
     /* counting.h's ops, with a finalize that checks the counts. */
     checked_ops = counting_ops;
     checked_ops.finalize = checked_finalize;
+    const char *f = getenv("FUZZ_FAULT");
+    fault_mode = f && *f && strcmp(f, "0") != 0;
     atexit(print_stats);
     return 0;
 }
