@@ -810,8 +810,11 @@ static void run_chain(const chain_t *c)
              * their upstream again (new batches, chunks, bins). */
             while (r.nlive)
                 free_one(&r, &f, r.nlive - 1);
-            CHECK(&f, rankmem_resource_trim(r.mr, 0) == RANKMEM_SUCCESS, "trim: %s",
-                  rankmem_last_error());
+            /* Each resource of the chain, top down: a pool under a binning
+             * resource gives its chunks back too. */
+            for (rankmem_resource_t *a = r.mr; a; a = a->upstream)
+                CHECK(&f, rankmem_resource_trim(a, 0) == RANKMEM_SUCCESS, "trim: %s",
+                      rankmem_last_error());
             check_books(&r, &f, "after a free-all and trim");
             continue;
         }
@@ -904,6 +907,9 @@ static void run_chain(const chain_t *c)
                   rankmem_last_error());
             if (st1 == RANKMEM_SUCCESS)
                 free_one(&r, &f, r.nlive - 1);
+            /* Back to the run's settings, the count from 0 again: a new
+             * seed, or every restart would replay the same draws. */
+            r.prm.seed = r.prm.seed * 6364136223846793005ull + 1442695040888963407ull;
             rankmem_fault_configure(r.fault, &r.prm);
         }
         f.after_fault += f.checks - c0;
