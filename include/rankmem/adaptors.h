@@ -69,6 +69,15 @@ RANKMEM_API rankmem_status_t rankmem_logging_flush(rankmem_resource_t *mr);
 
 RANKMEM_API rankmem_status_t rankmem_limit_create(rankmem_resource_t *upstream, size_t limit_bytes,
                                                   rankmem_resource_t **mr_p);
+/* For a reallocation through a limit adaptor mr: allocate as rankmem_allocate
+ * does, checking the limit as if replaced_bytes (the old block's size, which
+ * the caller frees through mr once it has copied it) were already released.
+ * Until the old block is freed the count may exceed the limit by at most
+ * replaced_bytes. RANKMEM_ERR_INVALID_ARGUMENT when mr is not a limit
+ * adaptor; RANKMEM_ERR_LIMIT when the result would not fit. */
+RANKMEM_API rankmem_status_t rankmem_limit_allocate_replacing(rankmem_resource_t *mr, size_t bytes,
+                                                              size_t alignment,
+                                                              size_t replaced_bytes, void **ptr_p);
 
 /* ---- aligned: a larger alignment for allocations of threshold bytes or more ---- */
 
