@@ -253,6 +253,8 @@ void *rkomp_serve_tail(rkomp_block_t *b, int ins)
 }
 
 static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero, int depth);
+static void *apply_fallback(rkomp_allocator_t *a, size_t alignment, size_t size, int zero,
+                            int depth);
 
 void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
 {
@@ -260,16 +262,61 @@ void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size, int 
     return RKOMP_LIKELY(p != NULL) ? p : rkomp_alloc_failed(a, alignment, size, zero, depth);
 }
 
-void *rkomp_alloc_failed(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
+/* Blocks waiting for a device sync may be what is missing: give them all
+ * back, then try once more. NULL when that did not help. */
+static void *retry_after_flush(rkomp_allocator_t *a, size_t alignment, size_t size, int zero)
 {
     void *p;
-    /* Blocks waiting for a device sync may be what is missing: give them
-     * all back, then try once more before the fallback. */
     if (a->space != RKOMP_SPACE_FOREIGN && rkomp_defer_on() && rkomp_map_flush(NULL, NULL) &&
         (p = serve(a, alignment, size, zero)) != NULL) {
         rankmem_clear_error(); /* the first refusal is not this call's failure */
         return p;
     }
+    return NULL;
+}
+
+void *rkomp_alloc_failed(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
+{
+    void *p = retry_after_flush(a, alignment, size, zero);
+    return p ? p : apply_fallback(a, alignment, size, zero, depth);
+}
+
+void *rkomp_runtime_alloc(rkomp_handle_t h, size_t alignment, size_t size, int zero)
+{
+    const rkomp_runtime_t *r = rkomp_rt();
+    if (alignment < 1)
+        alignment = 1;
+    if (zero)
+        return r->aligned_calloc ? r->aligned_calloc(alignment, 1, size, h) : NULL;
+    return r->aligned_alloc ? r->aligned_alloc(alignment, size, h) : NULL;
+}
+
+/* allocator_fb: a's fb_data, if it is still the allocator it was when a
+ * was made (omp_init_allocator checked it then). Targets are always older
+ * than the allocators naming them, so fallbacks cannot form a cycle; the
+ * depth bound stays as a limit on the chain's length. */
+static void *alloc_fb(const rkomp_allocator_t *a, size_t alignment, size_t size, int zero,
+                      int depth)
+{
+    rkomp_handle_t h = a->fb_data;
+    if (depth > RKOMP_MAX_FB_DEPTH)
+        return NULL;
+    if (rkomp_in_range(h)) {
+        rkomp_allocator_t *t = rkomp_lookup(h);
+        /* The full generation: the handle keeps only 6 bits of it. */
+        if (!t || __atomic_load_n(&t->gen, __ATOMIC_RELAXED) != a->fb_tag)
+            return NULL;
+        return rkomp_alloc_ours(t, alignment, size, zero, depth);
+    }
+    if (rkomp_runtime_predefined(h))
+        return rkomp_runtime_alloc(h, alignment, size, zero);
+    return rkomp_foreign_fb_alloc(h, a->fb_tag, alignment, size, zero);
+}
+
+/* What a failed allocation through a does next (its fallback trait). */
+static void *apply_fallback(rkomp_allocator_t *a, size_t alignment, size_t size, int zero,
+                            int depth)
+{
     switch (a->fallback) {
     case RKOMP_ATV_NULL_FB: return NULL;
     case RKOMP_ATV_ABORT_FB:
@@ -278,14 +325,14 @@ void *rkomp_alloc_failed(rkomp_allocator_t *a, size_t alignment, size_t size, in
                 "abort_fb: aborting\n",
                 size);
         abort();
-    case RKOMP_ATV_ALLOCATOR_FB: return alloc_any(a->fb_data, alignment, size, zero, depth + 1);
+    case RKOMP_ATV_ALLOCATOR_FB: return alloc_fb(a, alignment, size, zero, depth + 1);
     default: /* default_mem_fb */
         return alloc_any(RKOMP_DEFAULT_MEM_ALLOC, alignment, size, zero, depth + 1);
     }
 }
 
-/* Through any allocator (a fallback's target). A cycle of allocator_fb
- * fallbacks ends after RKOMP_MAX_FB_DEPTH steps with NULL. */
+/* Through any allocator (the default_mem_fb target, or a stale default).
+ * Deeper than RKOMP_MAX_FB_DEPTH: NULL. */
 static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero, int depth)
 {
     if (depth > RKOMP_MAX_FB_DEPTH)
@@ -297,12 +344,7 @@ static void *alloc_any(rkomp_handle_t h, size_t alignment, size_t size, int zero
         return rkomp_alloc_ours(a, alignment, size, zero, depth);
     if (rkomp_in_range(h))
         return NULL;
-    const rkomp_runtime_t *r = rkomp_rt();
-    if (alignment < 1)
-        alignment = 1;
-    if (zero)
-        return r->aligned_calloc ? r->aligned_calloc(alignment, 1, size, h) : NULL;
-    return r->aligned_alloc ? r->aligned_alloc(alignment, size, h) : NULL;
+    return rkomp_runtime_alloc(h, alignment, size, zero);
 }
 
 /* Ours when h (or, for omp_null_allocator, the default allocator) is in our

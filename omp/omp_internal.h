@@ -100,6 +100,11 @@ typedef struct rkomp_allocator {
     int space;      /* enum rkomp_space_kind */
     int fallback;   /* RKOMP_ATV_*_FB */
     rkomp_handle_t fb_data;
+    /* Which allocator fb_data was when this one was made: an allocator of
+     * ours, its slot's full generation; a runtime allocator made through us,
+     * its registry serial; a runtime predefined one, 0. A target destroyed
+     * since (its handle reused or not) no longer matches. */
+    uint64_t fb_tag;
     size_t alignment;          /* alignment trait (1 = none) */
     size_t pool_size;          /* 0 = none */
     rankmem_resource_t *chain; /* own chain (one reference), or NULL: the space's resource */
@@ -113,6 +118,7 @@ typedef union rkomp_slot {
     rkomp_allocator_t a;
     char pad[RKOMP_SLOT_ALIGN];
 } __attribute__((aligned(RKOMP_SLOT_ALIGN))) rkomp_slot_t;
+_Static_assert(sizeof(rkomp_allocator_t) <= RKOMP_SLOT_ALIGN, "an allocator fills one slot");
 
 typedef union rkomp_space_obj {
     int kind;
@@ -230,6 +236,20 @@ static inline const rkomp_runtime_t *rkomp_rt(void)
  * ICV, which holds our handles too; without a runtime, a thread-local. */
 RKOMP_HIDDEN rkomp_handle_t rkomp_get_default(void);
 RKOMP_HIDDEN void rkomp_set_default(rkomp_handle_t h);
+
+/* ---- fallback targets (traits.c) ---- */
+
+/* Whether h is one of the runtime's predefined allocators that this runtime
+ * defines (omp_default_mem_alloc ... omp_thread_mem_alloc; libomp's
+ * llvm_omp_target_*_mem_alloc). */
+RKOMP_HIDDEN int rkomp_runtime_predefined(rkomp_handle_t h);
+/* A fallback through the runtime's allocator h (not predefined): served
+ * only while h is the registered allocator with that serial, and never
+ * while it is being destroyed; else NULL. */
+RKOMP_HIDDEN void *rkomp_foreign_fb_alloc(rkomp_handle_t h, uint64_t serial, size_t alignment,
+                                          size_t size, int zero);
+/* omp_aligned_alloc / omp_aligned_calloc(1 element) of the runtime. */
+RKOMP_HIDDEN void *rkomp_runtime_alloc(rkomp_handle_t h, size_t alignment, size_t size, int zero);
 
 /* Our own omp_alloc under a hidden name (alloc.c): &omp_alloc inside this
  * library goes through the GOT and may name the runtime's. */

@@ -8,48 +8,131 @@
 #include <stdlib.h>
 #include <string.h>
 
-/* ---- runtime allocators created through us ----
- * Remembered so that destroying one twice (or a value that never was an
- * allocator) is reported and ignored instead of reaching the runtime, which
- * would free its struct twice. Only init/destroy touch this set. */
-static pthread_mutex_t foreign_lock = PTHREAD_MUTEX_INITIALIZER;
-static rkomp_handle_t *foreign_set;
+/* ---- runtime allocators created through us: the registry ----
+ * Every allocator the runtime made for us on its own memory spaces, with a
+ * serial number of its own (never reused, unlike the runtime's addresses).
+ * It answers three questions: is a value a live runtime allocator (a
+ * destroy twice, or of a value that never was one, is reported and ignored
+ * instead of reaching the runtime, which would free its struct twice; an
+ * fb_data must be one); is a fallback target still the allocator it named
+ * (its serial); and it keeps a destroy from running while a fallback
+ * allocates through the allocator (readers hold the lock across the
+ * runtime's call). Written only by init and destroy. */
+typedef struct foreign {
+    rkomp_handle_t h;
+    uint64_t serial;
+} foreign_t;
+static pthread_rwlock_t foreign_lock = PTHREAD_RWLOCK_INITIALIZER;
+static foreign_t *foreign_set;
 static size_t foreign_count, foreign_cap;
+static uint64_t foreign_next = 1; /* under the write lock */
 
 /* Predefined handles of either runtime (libgomp 1..8 and up to 2xx for its
  * extensions, libomp 1..8 and 100..102): never destroyed, passed through. */
 #define RKOMP_RUNTIME_PREDEFINED_MAX 1024u
 
-static void foreign_add(rkomp_handle_t h)
+/* h's serial, 0 when it is not registered. Caller holds the lock. */
+static uint64_t foreign_find(rkomp_handle_t h)
 {
-    pthread_mutex_lock(&foreign_lock);
+    for (size_t i = 0; i < foreign_count; i++)
+        if (foreign_set[i].h == h)
+            return foreign_set[i].serial;
+    return 0;
+}
+
+/* 0: not remembered (no memory); its destroy then passes through
+ * unchecked, and it cannot be a fallback target. */
+static uint64_t foreign_add(rkomp_handle_t h)
+{
+    uint64_t serial = 0;
+    pthread_rwlock_wrlock(&foreign_lock);
     if (foreign_count == foreign_cap) {
         size_t cap = foreign_cap ? foreign_cap * 2 : 16;
-        rkomp_handle_t *n = realloc(foreign_set, cap * sizeof *n);
-        if (!n) { /* not remembered: its destroy then passes through unchecked */
-            pthread_mutex_unlock(&foreign_lock);
-            return;
+        foreign_t *n = realloc(foreign_set, cap * sizeof *n);
+        if (!n) {
+            pthread_rwlock_unlock(&foreign_lock);
+            return 0;
         }
         foreign_set = n;
         foreign_cap = cap;
     }
-    foreign_set[foreign_count++] = h;
-    pthread_mutex_unlock(&foreign_lock);
+    serial = foreign_next++;
+    foreign_set[foreign_count++] = (foreign_t){h, serial};
+    pthread_rwlock_unlock(&foreign_lock);
+    return serial;
 }
 
-/* 1: was remembered, now forgotten; 0: unknown. */
-static int foreign_remove(rkomp_handle_t h)
+/* Destroy the runtime's allocator h if it is registered: 1 when it was
+ * (now forgotten and destroyed), 0 when unknown. Under the write lock, so
+ * that no fallback is inside the runtime with h meanwhile. */
+static int foreign_destroy(rkomp_handle_t h)
 {
     int found = 0;
-    pthread_mutex_lock(&foreign_lock);
+    pthread_rwlock_wrlock(&foreign_lock);
     for (size_t i = 0; i < foreign_count; i++)
-        if (foreign_set[i] == h) {
+        if (foreign_set[i].h == h) {
             foreign_set[i] = foreign_set[--foreign_count];
             found = 1;
             break;
         }
-    pthread_mutex_unlock(&foreign_lock);
+    if (found) {
+        const rkomp_runtime_t *r = rkomp_rt();
+        if (r->destroy_allocator)
+            r->destroy_allocator(h);
+    }
+    pthread_rwlock_unlock(&foreign_lock);
     return found;
+}
+
+static uint64_t foreign_serial(rkomp_handle_t h)
+{
+    pthread_rwlock_rdlock(&foreign_lock);
+    uint64_t s = foreign_find(h);
+    pthread_rwlock_unlock(&foreign_lock);
+    return s;
+}
+
+void *rkomp_foreign_fb_alloc(rkomp_handle_t h, uint64_t serial, size_t alignment, size_t size,
+                             int zero)
+{
+    void *p = NULL;
+    pthread_rwlock_rdlock(&foreign_lock);
+    if (serial && foreign_find(h) == serial)
+        p = rkomp_runtime_alloc(h, alignment, size, zero);
+    pthread_rwlock_unlock(&foreign_lock);
+    return p;
+}
+
+int rkomp_runtime_predefined(rkomp_handle_t h)
+{
+    /* omp_default_mem_alloc .. omp_thread_mem_alloc, in both runtimes. */
+    if (h >= 1 && h <= 8)
+        return 1;
+    /* llvm_omp_target_{host,shared,device}_mem_alloc exist in libomp only
+     * (the runtime with __kmpc_alloc); libgomp would read them as pointers.
+     * libgomp's own extensions (ompx_gnu_*, 200 and up, GCC 15) are not
+     * accepted: an older libgomp reads any value above 8 as a pointer, and
+     * which libgomp is loaded cannot be told from its symbols. */
+    return h >= 100 && h <= 102 && rkomp_rt()->kmpc_alloc != NULL;
+}
+
+/* Whether v may be an fb_data: a live allocator of ours, a predefined one
+ * of the runtime's, or one the runtime made through us and not yet
+ * destroyed. *tag_p: what identifies it (rkomp_allocator_t.fb_tag). */
+static int fb_target(rkomp_handle_t v, uint64_t *tag_p)
+{
+    if (rkomp_in_range(v)) {
+        const rkomp_allocator_t *t = rkomp_lookup(v);
+        if (!t)
+            return 0;
+        *tag_p = __atomic_load_n(&t->gen, __ATOMIC_RELAXED);
+        return 1;
+    }
+    if (rkomp_runtime_predefined(v)) {
+        *tag_p = 0;
+        return 1;
+    }
+    return (*tag_p = foreign_serial(v)) != 0;
 }
 
 /* ---- traits ---- */
@@ -58,6 +141,7 @@ typedef struct parsed {
     unsigned sync_hint, access, pinned, partition;
     int fallback;
     rkomp_handle_t fb_data;
+    uint64_t fb_tag; /* see rkomp_allocator_t */
     int has_fb_data;
     size_t alignment, pool_size;
 } parsed_t;
@@ -105,6 +189,10 @@ static int parse(int space, int ntraits, const rkomp_trait_t *traits, parsed_t *
                 v = 1;
             if (!v || (v & (v - 1)))
                 return invalid("alignment must be a power of two", k, v);
+            /* What rankmem serves at most: a larger trait would make every
+             * allocation fail (runtime spaces: the runtime's business). */
+            if (space != RKOMP_SPACE_FOREIGN && v > RANKMEM_MAX_ALIGNMENT)
+                return invalid("alignment above 1 GiB, the largest rankmem serves", k, v);
             p->alignment = v;
             break;
         case RKOMP_ATK_ACCESS:
@@ -132,10 +220,18 @@ static int parse(int space, int ntraits, const rkomp_trait_t *traits, parsed_t *
             p->fallback = (int)v;
             break;
         case RKOMP_ATK_FB_DATA:
-            /* An allocator handle: ours must be live; a runtime's cannot be
-             * checked here (the runtime checks it when it is used). */
-            if (v == RKOMP_NULL_ALLOCATOR || (rkomp_in_range(v) && !rkomp_lookup(v)))
-                return invalid("fb_data must be a live allocator", k, v);
+            /* No default target: the same as not given. */
+            if (dflt) {
+                p->fb_data = RKOMP_NULL_ALLOCATOR;
+                p->has_fb_data = 0;
+                break;
+            }
+            /* Checked now, since a fallback would jump through it: a
+             * garbage value read as the runtime's struct crashes there. */
+            if (!fb_target(v, &p->fb_tag))
+                return invalid("fb_data must be a predefined allocator or a live one made by "
+                               "omp_init_allocator",
+                               k, v);
             p->fb_data = v;
             p->has_fb_data = 1;
             break;
@@ -210,6 +306,7 @@ static void fill(rkomp_allocator_t *a, int space, const parsed_t *p)
     a->ent = -1;
     a->fallback = p->fallback;
     a->fb_data = p->fb_data;
+    a->fb_tag = p->fb_tag;
     a->alignment = p->alignment;
     a->pool_size = p->pool_size;
     a->sync_hint = p->sync_hint;
@@ -225,26 +322,62 @@ static rkomp_handle_t publish(rkomp_allocator_t *a)
     return h;
 }
 
-/* A runtime memory space with fb_data naming one of ours: the runtime would
- * dereference our handle as its own struct. The runtime gets the traits
- * without fb_data (and with null_fb where the fallback is allocator_fb); a
- * wrapper of ours then applies the allocator_fb fallback. */
-static rkomp_handle_t init_foreign_with_our_fb(const rkomp_runtime_t *r, rkomp_handle_t memspace,
-                                               int ntraits, const rkomp_trait_t *traits,
-                                               const parsed_t *p)
+/* The traits as the runtime gets them on its own memory spaces, checked
+ * by parse() first: each value as parsed (omp_atv_default replaced by the
+ * default, which libomp aborts on for some keys), pool_size without a pool
+ * left out, and fb_data only where it is one of the runtime's predefined
+ * allocators, which it can follow itself; any other target (ours, or an
+ * allocator the runtime made through us, which may be destroyed before the
+ * fallback runs) stays with our wrapper, the runtime then gets null_fb.
+ * *n_p: how many. NULL without memory. */
+static rkomp_trait_t *runtime_traits(int ntraits, const rkomp_trait_t *traits, const parsed_t *p,
+                                     int wrap, int *n_p)
 {
-    rkomp_trait_t *t = malloc((size_t)ntraits * sizeof *t);
+    rkomp_trait_t *t = malloc((size_t)(ntraits > 0 ? ntraits : 1) * sizeof *t);
     if (!t)
-        return RKOMP_NULL_ALLOCATOR;
-    int wrap = p->fallback == RKOMP_ATV_ALLOCATOR_FB, n = 0;
+        return NULL;
+    int n = 0;
     for (int i = 0; i < ntraits; i++) {
-        if (traits[i].key == RKOMP_ATK_FB_DATA)
-            continue;
-        t[n] = traits[i];
-        if (wrap && t[n].key == RKOMP_ATK_FALLBACK)
-            t[n].value = RKOMP_ATV_NULL_FB;
+        uintptr_t v;
+        switch (traits[i].key) {
+        case RKOMP_ATK_SYNC_HINT: v = p->sync_hint; break;
+        case RKOMP_ATK_ALIGNMENT: v = p->alignment; break;
+        case RKOMP_ATK_ACCESS: v = p->access; break;
+        case RKOMP_ATK_POOL_SIZE:
+            if (!p->pool_size)
+                continue;
+            v = p->pool_size;
+            break;
+        case RKOMP_ATK_FALLBACK: v = wrap ? RKOMP_ATV_NULL_FB : (uintptr_t)p->fallback; break;
+        case RKOMP_ATK_FB_DATA:
+            if (!p->has_fb_data || !rkomp_runtime_predefined(p->fb_data))
+                continue;
+            v = p->fb_data;
+            break;
+        case RKOMP_ATK_PINNED: v = p->pinned; break;
+        default: v = p->partition; break; /* RKOMP_ATK_PARTITION: parse() took no other key */
+        }
+        t[n].key = traits[i].key;
+        t[n].value = v;
         n++;
     }
+    *n_p = n;
+    return t;
+}
+
+/* omp_init_allocator on one of the runtime's memory spaces, traits parsed.
+ * An allocator_fb whose target is not one of the runtime's predefined
+ * allocators is applied by a small allocator of ours that wraps the
+ * runtime's (RKOMP_SPACE_FOREIGN): the runtime would read our handle as its
+ * own struct, and would follow a destroyed allocator of its own. */
+static rkomp_handle_t init_foreign(const rkomp_runtime_t *r, rkomp_handle_t memspace,
+                                   int ntraits, const rkomp_trait_t *traits, const parsed_t *p)
+{
+    int wrap = p->fallback == RKOMP_ATV_ALLOCATOR_FB && !rkomp_runtime_predefined(p->fb_data);
+    int n;
+    rkomp_trait_t *t = runtime_traits(ntraits, traits, p, wrap, &n);
+    if (!t)
+        return RKOMP_NULL_ALLOCATOR;
     rkomp_handle_t inner = r->init_allocator(memspace, n, t);
     free(t);
     if (inner == RKOMP_NULL_ALLOCATOR)
@@ -263,6 +396,7 @@ static rkomp_handle_t init_foreign_with_our_fb(const rkomp_runtime_t *r, rkomp_h
     memset(&w, 0, sizeof w);
     w.fallback = RKOMP_ATV_ALLOCATOR_FB;
     w.fb_data = p->fb_data;
+    w.fb_tag = p->fb_tag;
     w.alignment = p->alignment;
     fill(a, RKOMP_SPACE_FOREIGN, &w);
     a->foreign = inner;
@@ -274,27 +408,15 @@ RKOMP_EXPORT rkomp_handle_t omp_init_allocator(rkomp_handle_t memspace, int ntra
 {
     const rkomp_runtime_t *r = rkomp_rt();
     int space = rkomp_space_of(memspace);
-    if (space < 0) {
-        if (!r->init_allocator)
-            return RKOMP_NULL_ALLOCATOR;
-        if (ntraits > 0 && traits) {
-            int fb_ours = 0;
-            for (int i = 0; i < ntraits; i++)
-                if (traits[i].key == RKOMP_ATK_FB_DATA && rkomp_in_range(traits[i].value))
-                    fb_ours = 1;
-            if (fb_ours) {
-                parsed_t p;
-                if (parse(RKOMP_SPACE_FOREIGN, ntraits, traits, &p) != 0)
-                    return RKOMP_NULL_ALLOCATOR;
-                return init_foreign_with_our_fb(r, memspace, ntraits, traits, &p);
-            }
-        }
-        rkomp_handle_t h = r->init_allocator(memspace, ntraits, traits);
-        if (h > RKOMP_RUNTIME_PREDEFINED_MAX)
-            foreign_add(h);
-        return h;
-    }
     parsed_t p;
+    if (space < 0) {
+        /* The runtime's memory space: the traits are checked here too (the
+         * specification's answer to a bad one is omp_null_allocator; libomp
+         * aborts on some, and neither runtime checks fb_data). */
+        if (!r->init_allocator || parse(RKOMP_SPACE_FOREIGN, ntraits, traits, &p) != 0)
+            return RKOMP_NULL_ALLOCATOR;
+        return init_foreign(r, memspace, ntraits, traits, &p);
+    }
     if (parse(space, ntraits, traits, &p) != 0)
         return RKOMP_NULL_ALLOCATOR;
     rkomp_allocator_t *a = rkomp_slot_get();
@@ -322,19 +444,16 @@ RKOMP_EXPORT void omp_destroy_allocator(rkomp_handle_t allocator)
     if (allocator == RKOMP_NULL_ALLOCATOR)
         return;
     if (!rkomp_in_range(allocator)) {
-        const rkomp_runtime_t *r = rkomp_rt();
         /* libgomp frees whatever it is given, predefined handles included. */
         if (allocator <= RKOMP_RUNTIME_PREDEFINED_MAX)
             return;
-        if (!foreign_remove(allocator)) {
+        /* An allocator that names this one as its fallback then gets NULL
+         * from that fallback (its serial is gone), as null_fb would. */
+        if (!foreign_destroy(allocator))
             fprintf(stderr,
                     "rankmem_omp: omp_destroy_allocator(%#lx): not a live allocator (destroyed "
                     "twice?); ignored\n",
                     (unsigned long)allocator);
-            return;
-        }
-        if (r->destroy_allocator)
-            r->destroy_allocator(allocator);
         return;
     }
     rkomp_allocator_t *a = rkomp_lookup(allocator);
@@ -369,6 +488,8 @@ RKOMP_EXPORT void omp_destroy_allocator(rkomp_handle_t allocator)
         if (r->destroy_allocator)
             r->destroy_allocator(a->foreign);
     }
+    /* Its generation moves on: an allocator whose fallback it was finds
+     * another generation there (rkomp_allocator_t.fb_tag) and gets NULL. */
     rkomp_slot_put(a);
 }
 
