@@ -171,14 +171,26 @@ int rkomp_sync_device(int dev)
 
 /* ---- serving one of our allocators ---- */
 
+/* rankmem_allocate, or for a reallocation inside a pool_size (mr is then
+ * the allocator's limit) one that counts the old block as released. */
+static inline rankmem_status_t rk_alloc(rankmem_resource_t *mr, size_t size, size_t al,
+                                        size_t credit, void **p)
+{
+    if (RKOMP_LIKELY(!credit))
+        return rankmem_allocate(mr, size, al, p);
+    return rankmem_limit_allocate_replacing(mr, size, al, credit, p);
+}
+
 static size_t max3(size_t a, size_t b, size_t c)
 {
     size_t m = a > b ? a : b;
     return m > c ? m : c;
 }
 
-/* One attempt through the allocator's own memory, no fallback. */
-static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero)
+/* One attempt through the allocator's own memory, no fallback. credit: a
+ * reallocation within the allocator's own pool_size, the bytes its old
+ * block holds there (rankmem_limit_allocate_replacing); else 0. */
+static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, size_t credit)
 {
     if (a->space == RKOMP_SPACE_FOREIGN) {
         const rkomp_runtime_t *r = rkomp_rt();
@@ -211,12 +223,12 @@ static void *serve(rkomp_allocator_t *a, size_t alignment, size_t size, int zero
     size_t al = max3(alignment, a->alignment, RANKMEM_DEFAULT_ALIGNMENT);
     void *p = NULL;
     rkomp_block_t b = {NULL, mr, size, al, rkomp_handle_of(a), NULL, 0, ent};
-    if (rankmem_allocate(mr, size, al, &p) != RANKMEM_SUCCESS) {
+    if (rk_alloc(mr, size, al, credit, &p) != RANKMEM_SUCCESS) {
         /* Leaves such as cudaMalloc promise only 256 bytes: a larger
          * alignment is served by over-allocating and rounding up. */
         size_t extra = al - RANKMEM_DEFAULT_ALIGNMENT;
         if (al <= RANKMEM_DEFAULT_ALIGNMENT || size > SIZE_MAX - extra ||
-            rankmem_allocate(mr, size + extra, RANKMEM_DEFAULT_ALIGNMENT, &b.base) !=
+            rk_alloc(mr, size + extra, RANKMEM_DEFAULT_ALIGNMENT, credit, &b.base) !=
                 RANKMEM_SUCCESS) {
             if (ent == RKOMP_ENT_OWN)
                 rankmem_resource_release(mr);
@@ -258,17 +270,18 @@ static void *apply_fallback(rkomp_allocator_t *a, size_t alignment, size_t size,
 
 void *rkomp_alloc_ours(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
 {
-    void *p = serve(a, alignment, size, zero);
+    void *p = serve(a, alignment, size, zero, 0);
     return RKOMP_LIKELY(p != NULL) ? p : rkomp_alloc_failed(a, alignment, size, zero, depth);
 }
 
 /* Blocks waiting for a device sync may be what is missing: give them all
  * back, then try once more. NULL when that did not help. */
-static void *retry_after_flush(rkomp_allocator_t *a, size_t alignment, size_t size, int zero)
+static void *retry_after_flush(rkomp_allocator_t *a, size_t alignment, size_t size, int zero,
+                               size_t credit)
 {
     void *p;
     if (a->space != RKOMP_SPACE_FOREIGN && rkomp_defer_on() && rkomp_map_flush(NULL, NULL) &&
-        (p = serve(a, alignment, size, zero)) != NULL) {
+        (p = serve(a, alignment, size, zero, credit)) != NULL) {
         rankmem_clear_error(); /* the first refusal is not this call's failure */
         return p;
     }
@@ -277,7 +290,7 @@ static void *retry_after_flush(rkomp_allocator_t *a, size_t alignment, size_t si
 
 void *rkomp_alloc_failed(rkomp_allocator_t *a, size_t alignment, size_t size, int zero, int depth)
 {
-    void *p = retry_after_flush(a, alignment, size, zero);
+    void *p = retry_after_flush(a, alignment, size, zero, 0);
     return p ? p : apply_fallback(a, alignment, size, zero, depth);
 }
 
@@ -644,10 +657,32 @@ static void fwd_free(const fwd_t *f, void *ptr, rkomp_handle_t h)
         r->free(ptr, h);
 }
 
-/* The new block comes from `allocator`, or when that is omp_null_allocator
- * from the allocator of ptr (free_allocator). On failure NULL, and ptr stays
- * valid. Crossing between our memory and the runtime's copies with the
- * right kind of copy. */
+/* The new block of a reallocation of our block b through our allocator ta,
+ * fallback included: as in libgomp, a reallocation that does not fit takes
+ * the target allocator's fallback. Within ta's own pool_size (b came from
+ * ta's chain, whose top is then its limit) the old block counts as already
+ * released: the reallocation fits when its result does. */
+static void *realloc_ours(rkomp_allocator_t *ta, const rkomp_block_t *b, size_t size)
+{
+    size_t credit = ta->pool_size && ta->chain && b->mr == ta->chain ? rkomp_returned(b).bytes : 0;
+    void *p = serve(ta, 1, size, 0, credit);
+    if (!p)
+        p = retry_after_flush(ta, 1, size, 0, credit);
+    return p ? p : apply_fallback(ta, 1, size, 0, 0);
+}
+
+/* libgomp's omp_realloc, for our blocks and allocators:
+ * - ptr NULL: omp_alloc(size, allocator) (omp_null_allocator: the default);
+ * - size 0: ptr freed, NULL;
+ * - the new block comes from `allocator`, or when that is omp_null_allocator
+ *   from the allocator ptr was allocated with (ours: as recorded; the
+ *   runtime's: free_allocator), with that allocator's alignment trait (an
+ *   omp_aligned_alloc's larger alignment is not kept, as in libgomp);
+ * - min(old, new) bytes are copied, then ptr is freed;
+ * - on failure (after the target's fallback) NULL, and ptr is still valid
+ *   and unchanged.
+ * Crossing between our memory and the runtime's copies with the right kind
+ * of copy. */
 static void *do_realloc(const fwd_t *f, void *ptr, size_t size, rkomp_handle_t allocator,
                         rkomp_handle_t free_allocator)
 {
@@ -673,7 +708,7 @@ static void *do_realloc(const fwd_t *f, void *ptr, size_t size, rkomp_handle_t a
     if (t_ours && !ta)
         return NULL; /* stale handle */
     if (mine) {
-        void *n = ta ? rkomp_alloc_ours(ta, 1, size, 0, 0) : fwd_alloc(f, size, t);
+        void *n = ta ? realloc_ours(ta, &b, size) : fwd_alloc(f, size, t);
         if (!n)
             return NULL;
         if (copy_bytes(n, ptr, b.bytes < size ? b.bytes : size) != 0) {
@@ -695,9 +730,10 @@ static void *do_realloc(const fwd_t *f, void *ptr, size_t size, rkomp_handle_t a
         return NULL;
     }
     if (copy_bytes(n, tmp, size) != 0) {
+        /* ptr is gone already (the runtime moved it): its contents, in the
+         * runtime's block, are the result rather than lost. */
         our_free(n);
-        fwd_free(f, tmp, RKOMP_NULL_ALLOCATOR);
-        return NULL;
+        return tmp;
     }
     fwd_free(f, tmp, RKOMP_NULL_ALLOCATOR);
     return n;

@@ -264,9 +264,13 @@ static int parse(int space, int ntraits, const rkomp_trait_t *traits, parsed_t *
     return 0;
 }
 
-/* The chain an allocator owns: limit for pool_size, a per-thread cache for
- * sync_hint private. Device allocators with neither follow the current
- * device's resource on every call instead (chain NULL). */
+/* The chain an allocator owns: a per-thread cache for sync_hint private, a
+ * limit for pool_size on top of everything, so that it counts exactly the
+ * bytes handed out through the allocator (a cache below it rounds requests
+ * up to its bins and keeps freed blocks, which are not the program's) and a
+ * reallocation can count its old block as released
+ * (rankmem_limit_allocate_replacing). Device allocators with neither follow
+ * the current device's resource on every call instead (chain NULL). */
 static rankmem_status_t build_chain(int space, const parsed_t *p, rankmem_resource_t **chain_p)
 {
     *chain_p = NULL;
@@ -280,14 +284,6 @@ static rankmem_status_t build_chain(int space, const parsed_t *p, rankmem_resour
     if ((st = rankmem_resource_retain(base)) != RANKMEM_SUCCESS)
         return st;
     mr = base;
-    if (p->pool_size) {
-        rankmem_resource_t *lim;
-        st = rankmem_limit_create(mr, p->pool_size, &lim);
-        rankmem_resource_release(mr);
-        if (st != RANKMEM_SUCCESS)
-            return st;
-        mr = lim;
-    }
     if (p->sync_hint == RKOMP_ATV_PRIVATE) {
         rankmem_resource_t *cache;
         st = rankmem_caching_create(mr, NULL, &cache);
@@ -295,6 +291,14 @@ static rankmem_status_t build_chain(int space, const parsed_t *p, rankmem_resour
         if (st != RANKMEM_SUCCESS)
             return st;
         mr = cache;
+    }
+    if (p->pool_size) {
+        rankmem_resource_t *lim;
+        st = rankmem_limit_create(mr, p->pool_size, &lim);
+        rankmem_resource_release(mr);
+        if (st != RANKMEM_SUCCESS)
+            return st;
+        mr = lim;
     }
     *chain_p = mr;
     return RANKMEM_SUCCESS;
