@@ -330,7 +330,8 @@ static void test_spec(void)
     } good[] = {
         {"fault>system", "fault>system"},
         {"fault(nth=5)>system", "fault(nth=5)>system"},
-        {"fault( every = 7 , seed=42, rate=0.01 )>system", "fault(every=7,rate=0.01,seed=42)>system"},
+        {"fault( every = 7 , seed=42, rate=0.01 )>system",
+         "fault(every=7,rate=0.01,seed=42)>system"},
         {"fault(rate=1%)>system", "fault(rate=0.01)>system"},
         {"fault(nth=2,count=3,status=limit,enabled=off)>system",
          "fault(nth=2,count=3,status=limit,enabled=0)>system"},
@@ -523,7 +524,8 @@ static int intact(const live_t *l)
  * status goes to out[] (a fresh chain's answers are the reference). */
 static const size_t probe_sizes[] = {1, 300, 4096, 65536, (size_t)1 << 20, (size_t)3 << 20};
 static const size_t probe_aligns[] = {0, 512, 4096, 65536};
-#define NPROBE (sizeof probe_sizes / sizeof *probe_sizes * sizeof probe_aligns / sizeof *probe_aligns)
+#define NPROBE                                                                          \
+    (sizeof probe_sizes / sizeof *probe_sizes * sizeof probe_aligns / sizeof *probe_aligns)
 
 static char probe_msg[NPROBE][200]; /* why each probe request of the last probe failed */
 
@@ -604,7 +606,8 @@ static void check_books(run_t *r, figures_t *f, const char *when)
               fs.bytes_outstanding, fs.blocks_outstanding, r->live_bytes, r->nlive);
     if (r->flags & RESERVED) {
         size_t v = 0;
-        rankmem_status_t st = rankmem_resource_query(r->above_fault, RANKMEM_QUERY_RESERVED_CURRENT, &v);
+        rankmem_status_t st =
+            rankmem_resource_query(r->above_fault, RANKMEM_QUERY_RESERVED_CURRENT, &v);
         CHECK(f, st == RANKMEM_SUCCESS && v == fs.bytes_outstanding,
               "%s: the suballocator says it reserved %zu bytes, its upstream lent %zu", when, v,
               fs.bytes_outstanding);

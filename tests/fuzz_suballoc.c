@@ -326,7 +326,8 @@ static void print_stats(void);
 /* The requests of the probe, all live at once, then freed; statuses in out. */
 static const size_t probe_sizes[] = {1, 300, 4096, 65536, (size_t)1 << 20};
 static const size_t probe_aligns[] = {0, 512, 4096, 65536};
-#define NPROBE (sizeof probe_sizes / sizeof *probe_sizes * sizeof probe_aligns / sizeof *probe_aligns)
+#define NPROBE                                                                          \
+    (sizeof probe_sizes / sizeof *probe_sizes * sizeof probe_aligns / sizeof *probe_aligns)
 
 static void probe(rankmem_resource_t *mr, rankmem_status_t *out)
 {

@@ -187,7 +187,8 @@ static void run_spec(const spec_t *sp)
 
 static const size_t probe_sizes[] = {1, 300, 4096, 65536, (size_t)1 << 20, (size_t)3 << 20};
 static const size_t probe_aligns[] = {0, 512, 4096, 65536};
-#define NPROBE (sizeof probe_sizes / sizeof *probe_sizes * sizeof probe_aligns / sizeof *probe_aligns)
+#define NPROBE                                                                          \
+    (sizeof probe_sizes / sizeof *probe_sizes * sizeof probe_aligns / sizeof *probe_aligns)
 
 struct fault_ctx {
     rankmem_resource_t *fault, *stats, *tracking, *limit, *above_fault, *probe;
@@ -355,9 +356,10 @@ static long check_round(fault_ctx_t *fx, const rankmem_status_t *fresh, char *wh
     size_t k = 0;
     for (size_t i = 0; i < sizeof probe_sizes / sizeof *probe_sizes; i++)
         for (size_t j = 0; j < sizeof probe_aligns / sizeof *probe_aligns; j++, k++)
-            RCHECK(got[k] == fresh[k], "%zu bytes at alignment %zu: %s, on a fresh chain %s (%.150s)",
-                   probe_sizes[i], probe_aligns[j], rankmem_status_string(got[k]),
-                   rankmem_status_string(fresh[k]), msg[k]);
+            RCHECK(got[k] == fresh[k],
+                   "%zu bytes at alignment %zu: %s, on a fresh chain %s (%.150s)", probe_sizes[i],
+                   probe_aligns[j], rankmem_status_string(got[k]), rankmem_status_string(fresh[k]),
+                   msg[k]);
 #undef RCHECK
     __atomic_add_fetch(&fx->checks, (unsigned long long)n, __ATOMIC_RELAXED);
     return bad;
