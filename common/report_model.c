@@ -115,21 +115,125 @@ const rm_field_t rm_fields[] = {
 };
 const size_t rm_nfields = sizeof rm_fields / sizeof rm_fields[0];
 
-#define AGG(name, key, label, unit) {key, label, unit, OFF(name)}
+#define AGG(name, key, label, unit) {key, label, unit, OFF(name), 0}
+#define MEM(which, key, label, unit) {key, label, unit, 0, 1 + (which)}
 const rm_agg_field_t rm_agg_fields[RM_NAGG] = {
-    AGG(bytes_peak, "bytes_peak", "peak bytes", RM_UNIT_BYTES),
-    AGG(bytes_current, "bytes_current", "leaked bytes", RM_UNIT_BYTES),
-    AGG(bytes_total, "bytes_total", "total bytes", RM_UNIT_BYTES),
-    AGG(count_total, "count_total", "allocations", RM_UNIT_COUNT),
-    AGG(count_peak, "count_peak", "peak allocations", RM_UNIT_COUNT),
-    AGG(count_current, "count_current", "live allocations", RM_UNIT_COUNT),
+    /* The headline first: what people read first is the rank's memory. */
+    MEM(RM_MEM_PEAK, "memory_peak", "peak bytes", RM_UNIT_BYTES),
+    MEM(RM_MEM_CURRENT, "memory_current", "leaked bytes", RM_UNIT_BYTES),
+    MEM(RM_MEM_TOTAL, "memory_total", "total bytes", RM_UNIT_BYTES),
+    MEM(RM_MEM_COUNT, "memory_count", "allocations", RM_UNIT_COUNT),
+    MEM(RM_MEM_LIVE, "memory_live", "live allocations", RM_UNIT_COUNT),
+    /* rankmem's chain (the stats adaptor): a column beside the headline */
+    AGG(bytes_peak, "bytes_peak", "served peak", RM_UNIT_BYTES),
+    AGG(bytes_current, "bytes_current", "served leaked", RM_UNIT_BYTES),
+    AGG(bytes_total, "bytes_total", "served total", RM_UNIT_BYTES),
+    AGG(count_total, "count_total", "served allocs", RM_UNIT_COUNT),
+    AGG(count_peak, "count_peak", "served peak allocs", RM_UNIT_COUNT),
+    AGG(count_current, "count_current", "served live allocs", RM_UNIT_COUNT),
     AGG(reserved_peak, "reserved_peak", "reserved peak", RM_UNIT_BYTES),
     AGG(alloc_ns, "alloc_ns", "alloc time", RM_UNIT_NS),
     AGG(staged_bytes, "staged_bytes", "staged bytes", RM_UNIT_BYTES),
     AGG(staged_messages, "staged_messages", "staged messages", RM_UNIT_COUNT),
     AGG(obs.gpu.peak, "observed_gpu_peak", "observed GPU peak", RM_UNIT_BYTES),
-    AGG(obs.served.peak, "observed_served_peak", "served peak", RM_UNIT_BYTES),
+    AGG(obs.served.peak, "observed_served_peak", "intercepted peak", RM_UNIT_BYTES),
 };
+
+/* ------------------------------------------------------------------------
+ * The headline (one story, issue 29). */
+
+int rm_headline_observed(const rm_record_t *r)
+{
+    /* Only "on" means CUDA's allocations were all seen: "unavailable" may
+     * still hold what a program fed by hand, which is not the whole story. */
+    return r->version >= 2 && r->obs.state == RM_OBS_ON;
+}
+
+void rm_headline(const rm_record_t *r, rm_headline_t *h)
+{
+    if (rm_headline_observed(r)) {
+        h->source = RM_SRC_OBSERVED;
+        h->peak = r->obs.gpu.peak;
+        h->current = r->obs.gpu.current;
+        h->total = r->obs.gpu.total;
+        h->count = r->obs.gpu.count;
+        h->live = r->obs.gpu.live;
+    } else {
+        h->source = RM_SRC_SERVED;
+        h->peak = r->bytes_peak;
+        h->current = r->bytes_current;
+        h->total = r->bytes_total;
+        h->count = r->count_total;
+        h->live = r->count_current;
+    }
+}
+
+uint64_t rm_headline_value(const rm_record_t *r, int f)
+{
+    rm_headline_t h;
+    rm_headline(r, &h);
+    switch (f) {
+    case RM_MEM_PEAK:
+        return h.peak;
+    case RM_MEM_CURRENT:
+        return h.current;
+    case RM_MEM_TOTAL:
+        return h.total;
+    case RM_MEM_COUNT:
+        return h.count;
+    case RM_MEM_LIVE:
+        return h.live;
+    }
+    return 0;
+}
+
+int rm_headline_source(const rm_record_t *rec, size_t n, size_t *nobs_p)
+{
+    size_t nobs = 0, nact = 0;
+    for (size_t i = 0; i < n; i++) {
+        nact += rec[i].version != 0; /* a stub's zeros say nothing */
+        nobs += (size_t)rm_headline_observed(&rec[i]);
+    }
+    if (nobs_p)
+        *nobs_p = nobs;
+    return nobs == 0 ? RM_SRC_SERVED : nobs >= nact ? RM_SRC_OBSERVED : RM_SRC_MIXED;
+}
+
+const char *rm_headline_label(int source)
+{
+    switch (source) {
+    case RM_SRC_OBSERVED:
+        return "device memory as the program saw it (observed)";
+    case RM_SRC_MIXED:
+        return "device memory as the program saw it (observed) where observed, else memory "
+               "rankmem served";
+    }
+    return "memory rankmem served";
+}
+
+const char *rm_source_name(int source)
+{
+    return source == RM_SRC_OBSERVED ? "observed" : source == RM_SRC_MIXED ? "mixed" : "served";
+}
+
+const char *rm_agg_label(int f, int source, int final)
+{
+    if (f == RM_MEM_CURRENT && !final)
+        return "live bytes"; /* before finalize, what is allocated is not a leak */
+    if (f == RM_BYTES_CURRENT && !final)
+        return "served live";
+    if (f == RM_COUNT_PEAK && source == RM_SRC_SERVED)
+        return "peak allocations"; /* the chain's counts are the headline's there */
+    return f >= 0 && f < RM_NAGG ? rm_agg_fields[f].label : "?";
+}
+
+int rm_agg_shown(int f, int source)
+{
+    if (source != RM_SRC_SERVED)
+        return 1;
+    return f != RM_BYTES_PEAK && f != RM_BYTES_CURRENT && f != RM_BYTES_TOTAL &&
+           f != RM_COUNT_TOTAL && f != RM_COUNT_CURRENT;
+}
 
 /* ------------------------------------------------------------------------
  * Aggregation. */
@@ -218,7 +322,7 @@ size_t rm_nodes(const rm_record_t *rec, size_t n, size_t *by_host, rm_node_t *no
             memset(nd, 0, sizeof *nd);
             nd->host = r->host;
             nd->first = k;
-            nd->peak_max_rank = nd->obs_peak_max_rank = -1;
+            nd->peak_max_rank = nd->obs_peak_max_rank = nd->mem_peak_max_rank = -1;
             nd->dev_free_init_min = nd->dev_free_final_min = UINT64_MAX;
         }
         nd->count++;
@@ -235,6 +339,15 @@ size_t rm_nodes(const rm_record_t *rec, size_t n, size_t *by_host, rm_node_t *no
         if (nd->peak_max_rank < 0 || r->bytes_peak > nd->peak_max) {
             nd->peak_max = r->bytes_peak;
             nd->peak_max_rank = r->rank;
+        }
+        rm_headline_t h;
+        rm_headline(r, &h);
+        nd->mem_peak_sum += h.peak;
+        nd->mem_leaked_sum += h.current;
+        nd->mem_total_sum += h.total;
+        if (nd->mem_peak_max_rank < 0 || h.peak > nd->mem_peak_max) {
+            nd->mem_peak_max = h.peak;
+            nd->mem_peak_max_rank = r->rank;
         }
         if (nd->obs_peak_max_rank < 0 || r->obs.gpu.peak > nd->obs_peak_max) {
             nd->obs_peak_max = r->obs.gpu.peak;
@@ -584,6 +697,9 @@ static void put_key(rm_buf_t *b, int first, const char *k, size_t len)
     rm_puts(b, "\": ");
 }
 
+/* The headline's keys in a record ("memory.peak", ...), in RM_MEM_* order. */
+static const char *const mem_keys[5] = {"peak", "current", "total", "count", "live"};
+
 /* Async-signal-safe over a fixed buffer (rm_buf_fixed): no printf. */
 void rm_json_record(rm_buf_t *b, const rm_record_t *r)
 {
@@ -631,7 +747,20 @@ void rm_json_record(rm_buf_t *b, const rm_record_t *r)
         rm_putc(b, '}');
         depth--;
     }
-    rm_putc(b, '}');
+    /* The headline, computed (not stored, not read back): scripts get the
+     * same choice as the text (schema 4). */
+    rm_headline_t h;
+    rm_headline(r, &h);
+    rm_puts(b, ", \"memory\": {\"source\": \"");
+    rm_puts(b, rm_source_name(h.source));
+    const uint64_t v[5] = {h.peak, h.current, h.total, h.count, h.live};
+    for (int k = 0; k < 5; k++) {
+        rm_puts(b, k ? ", \"" : "\", \"");
+        rm_puts(b, mem_keys[k]);
+        rm_puts(b, "\": ");
+        rm_put_u64(b, v[k]);
+    }
+    rm_puts(b, "}}");
 }
 
 void rm_csv_header(rm_buf_t *b)
@@ -640,6 +769,9 @@ void rm_csv_header(rm_buf_t *b)
     for (size_t k = 0; k < rm_nfields; k++)
         if (rm_fields[k].csv)
             rm_printf(b, "%s%s", n++ ? "," : "", rm_fields[k].key);
+    rm_puts(b, ",memory.source");
+    for (int k = 0; k < 5; k++)
+        rm_printf(b, ",memory.%s", mem_keys[k]);
     rm_putc(b, '\n');
 }
 
@@ -652,6 +784,15 @@ void rm_csv_row(rm_buf_t *b, const rm_record_t *r)
                 rm_putc(b, ',');
             put_value(b, r, &rm_fields[k], 0);
         }
+    rm_headline_t h;
+    rm_headline(r, &h);
+    rm_putc(b, ',');
+    rm_puts(b, rm_source_name(h.source));
+    const uint64_t v[5] = {h.peak, h.current, h.total, h.count, h.live};
+    for (int k = 0; k < 5; k++) {
+        rm_putc(b, ',');
+        rm_put_u64(b, v[k]);
+    }
     rm_putc(b, '\n');
 }
 

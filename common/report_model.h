@@ -17,8 +17,11 @@
 #define RM_RECORD_VERSION 3
 /* The JSON document's layout; schema 2 added "observed", "leaks",
  * "timeline" and "phases" (issue 19); schema 3 the records' "failure"
- * and the per-rank documents of a job that fails ("live_sites", issue 29). */
-#define RM_REPORT_SCHEMA 3
+ * and the per-rank documents of a job that fails ("live_sites", issue 29);
+ * schema 4 the headline (issue 29, "one story"): "leaked_ranks" and
+ * "top_by_peak" follow the rank's memory as rm_headline() gives it (they
+ * followed the chain's counters), records and nodes gain "memory". */
+#define RM_REPORT_SCHEMA 4
 
 /* flags */
 #define RM_HOST_FALLBACK 0x1u   /* no GPU: host memory */
@@ -137,6 +140,12 @@ extern const size_t rm_nfields;
 /* ---- what is aggregated over ranks ---- */
 
 enum {
+    /* the headline (rm_headline below): the rank's memory, observed or served */
+    RM_MEM_PEAK,
+    RM_MEM_CURRENT,
+    RM_MEM_TOTAL,
+    RM_MEM_COUNT,
+    RM_MEM_LIVE,
     RM_BYTES_PEAK,
     RM_BYTES_CURRENT,
     RM_BYTES_TOTAL,
@@ -159,12 +168,53 @@ typedef struct {
     const char *label; /* for people */
     rm_unit_t unit;
     size_t off;        /* of a uint64_t in rm_record_t */
+    int mem;           /* 1 + which headline value (RM_MEM_*), computed; 0: read at off */
 } rm_agg_field_t;
 
 extern const rm_agg_field_t rm_agg_fields[RM_NAGG];
 
+/* ---- the headline: one story (issue 29) ----
+ *
+ * Everywhere the report names a rank's memory it names this: the
+ * program's device memory as CUDA saw it (observed.gpu) when observation
+ * was on for that rank, else what rankmem's chain served (bytes_*).
+ * Served bytes and rankmem's own stay beside it as columns. The plugin
+ * and rankmem-report both ask here, so their stories cannot diverge. */
+enum { RM_SRC_SERVED = 0, RM_SRC_OBSERVED = 1, RM_SRC_MIXED = 2 };
+
+typedef struct {
+    int source;        /* RM_SRC_OBSERVED or RM_SRC_SERVED */
+    uint64_t peak;     /* most bytes live at once */
+    uint64_t current;  /* live at the report: at finalize, leaked */
+    uint64_t total;    /* bytes of every allocation */
+    uint64_t count;    /* allocations ever */
+    uint64_t live;     /* allocations live at the report */
+} rm_headline_t;
+
+/* Whether a record's headline is its observed memory: observation on. */
+int rm_headline_observed(const rm_record_t *r);
+void rm_headline(const rm_record_t *r, rm_headline_t *h);
+uint64_t rm_headline_value(const rm_record_t *r, int f); /* f: RM_MEM_* */
+/* The job's: RM_SRC_OBSERVED when every active rank is observed,
+ * RM_SRC_SERVED when none is, else RM_SRC_MIXED; *nobs_p (may be NULL):
+ * the ranks observed. */
+int rm_headline_source(const rm_record_t *rec, size_t n, size_t *nobs_p);
+/* For a table's header: "device memory as the program saw it (observed)",
+ * "memory rankmem served", or for a mixed job both, saying where. */
+const char *rm_headline_label(int source);
+/* "observed", "served" (the records' and CSV's "memory.source"), "mixed". */
+const char *rm_source_name(int source);
+/* An aggregate's label in a job whose headline comes from source, final:
+ * the finalize report (live bytes are leaks then). */
+const char *rm_agg_label(int f, int source, int final);
+/* Whether the text shows aggregate f: where nothing is observed the
+ * chain's bytes are the headline, and the same row twice says nothing. */
+int rm_agg_shown(int f, int source);
+
 static inline uint64_t rm_value(const rm_record_t *r, int f)
 {
+    if (rm_agg_fields[f].mem)
+        return rm_headline_value(r, rm_agg_fields[f].mem - 1);
     return *(const uint64_t *)(const void *)((const char *)r + rm_agg_fields[f].off);
 }
 
@@ -191,6 +241,9 @@ typedef struct {
     uint64_t peak_sum, peak_max, leaked_sum, reserved_sum, total_sum;
     uint64_t obs_peak_sum, obs_peak_max; /* observed GPU peak of the program */
     int peak_max_rank, obs_peak_max_rank;
+    /* the headline's (rm_headline): peak sum and max (its rank), leaked, total */
+    uint64_t mem_peak_sum, mem_peak_max, mem_leaked_sum, mem_total_sum;
+    int mem_peak_max_rank;
     uint64_t dev_total, dev_free_init_min, dev_free_final_min; /* with devices only */
 } rm_node_t;
 

@@ -523,8 +523,10 @@ typedef struct {
     int ntop;
     int *top_obs;          /* the RK_TEXT_TOP largest observed GPU peaks */
     int ntop_obs;
-    int *leaked;           /* indices with bytes_current > 0, largest first */
+    int *leaked;           /* indices with headline bytes live, largest first */
     int nleaked;
+    int source;            /* the headline's: RM_SRC_* (rm_headline_source) */
+    size_t nobs;           /* ranks whose headline is observed */
     distinct_t specs[RK_DISTINCT], binds[RK_DISTINCT];
     int nspecs, nbinds, more_specs, more_binds;
     int n_fallback, n_shared, n_mismatch, n_bind_none, n_inactive;
@@ -544,8 +546,9 @@ static const rk_mpi_record_t *sort_rec;
 static int cmp_leak(const void *a, const void *b)
 {
     const rk_mpi_record_t *x = &sort_rec[*(const int *)a], *y = &sort_rec[*(const int *)b];
-    if (x->bytes_current != y->bytes_current)
-        return x->bytes_current < y->bytes_current ? 1 : -1;
+    uint64_t p = rm_value(x, RM_MEM_CURRENT), q = rm_value(y, RM_MEM_CURRENT);
+    if (p != q)
+        return p < q ? 1 : -1;
     return (x->rank > y->rank) - (x->rank < y->rank);
 }
 
@@ -611,7 +614,9 @@ static int analyse(analysis_t *a)
     sort_rec = rec; /* rank 0 only, one report at a time (see report_lock) */
     a->nnodes = (int)rm_nodes(rec, (size_t)n, a->by_host, a->nodes);
 
-    a->ntop = top_by(rec, n, RM_BYTES_PEAK, a->top);
+    /* One story: the headline (observed, or served) orders and lists. */
+    a->source = rm_headline_source(rec, (size_t)n, &a->nobs);
+    a->ntop = top_by(rec, n, RM_MEM_PEAK, a->top);
     a->top_obs = malloc(sizeof(int) * RK_TEXT_TOP);
     if (!a->top_obs)
         return -1;
@@ -619,7 +624,7 @@ static int analyse(analysis_t *a)
 
     a->nleaked = 0;
     for (int i = 0; i < n; i++)
-        if (rec[i].bytes_current > 0)
+        if (rm_value(&rec[i], RM_MEM_CURRENT) > 0)
             a->leaked[a->nleaked++] = i;
     qsort(a->leaked, (size_t)a->nleaked, sizeof(int), cmp_leak);
 
@@ -662,10 +667,7 @@ static void analysis_free(analysis_t *a)
 
 static const char *field_label(const analysis_t *a, size_t f)
 {
-    /* Before finalize, what is still allocated is not a leak. */
-    if (strcmp(fields[f].key, "bytes_current") == 0 && strcmp(a->phase, "finalize") != 0)
-        return "live bytes";
-    return fields[f].label;
+    return rm_agg_label((int)f, a->source, strcmp(a->phase, "finalize") == 0);
 }
 
 static const char *fmt_field(char *buf, size_t len, size_t f, double v, int exact)
@@ -867,9 +869,15 @@ static void text_report(sbuf_t *b, const analysis_t *a)
     }
 
     /* Per node. */
-    sb_printf(b, "\nnodes (%d)\n", a->nnodes);
-    sb_printf(b, "  %-20s %5s  %-10s %11s %11s %6s %11s %11s  %s\n", "host", "ranks", "devices",
-              "peak sum", "peak max", "rank", "leaked", "reserved", "device free init -> final");
+    /* Each table's header line says which memory it counts. */
+    const char *what = rm_headline_label(a->source);
+    int obs = a->source != RM_SRC_SERVED; /* served becomes a column beside */
+    sb_printf(b, "\nnodes (%d): %s\n", a->nnodes, what);
+    sb_printf(b, "  %-20s %5s  %-10s %11s %11s %6s %11s %11s", "host", "ranks", "devices",
+              "peak sum", "peak max", "rank", "leaked", "reserved");
+    if (obs)
+        sb_printf(b, " %11s", "served peak");
+    sb_printf(b, "  %s\n", "device free init -> final");
     int *show = NULL, nshow = a->nnodes;
     if (a->nnodes > RK_TEXT_NODES) {
         /* Too many to list: the nodes with the largest peaks. */
@@ -878,7 +886,7 @@ static void text_report(sbuf_t *b, const analysis_t *a)
         if (show) {
             for (int k = 0; k < a->nnodes; k++) {
                 int pos = nshow;
-                while (pos > 0 && a->nodes[k].peak_max > a->nodes[show[pos - 1]].peak_max)
+                while (pos > 0 && a->nodes[k].mem_peak_max > a->nodes[show[pos - 1]].mem_peak_max)
                     pos--;
                 if (pos >= RK_TEXT_NODES)
                     continue;
@@ -910,12 +918,15 @@ static void text_report(sbuf_t *b, const analysis_t *a)
                      (double)nd->dev_total), nd->shared ? " (shared)" : "");
         else
             snprintf(dev, sizeof dev, "-");
-        sb_printf(b, "  %-20s %5d  %-10s %11s %11s %6d %11s %11s  %s\n",
+        sb_printf(b, "  %-20s %5d  %-10s %11s %11s %6d %11s %11s",
                   rec[a->by_host[nd->first]].host, (int)nd->count, devs,
-                  fmt_bytes(b1, sizeof b1, (double)nd->peak_sum),
-                  fmt_bytes(b2, sizeof b2, (double)nd->peak_max), nd->peak_max_rank,
-                  fmt_bytes(b3, sizeof b3, (double)nd->leaked_sum),
-                  fmt_bytes(b4, sizeof b4, (double)nd->reserved_sum), dev);
+                  fmt_bytes(b1, sizeof b1, (double)nd->mem_peak_sum),
+                  fmt_bytes(b2, sizeof b2, (double)nd->mem_peak_max), nd->mem_peak_max_rank,
+                  fmt_bytes(b3, sizeof b3, (double)nd->mem_leaked_sum),
+                  fmt_bytes(b4, sizeof b4, (double)nd->reserved_sum));
+        if (obs)
+            sb_printf(b, " %11s", fmt_bytes(b1, sizeof b1, (double)nd->peak_sum));
+        sb_printf(b, "  %s\n", dev);
     }
     if (nshow < a->nnodes)
         sb_printf(b, "  ... %d more nodes (the %d with the largest peaks are shown; all are in "
@@ -923,11 +934,13 @@ static void text_report(sbuf_t *b, const analysis_t *a)
     free(show);
 
     /* Aggregates. */
-    sb_printf(b, "\naggregates over %d ranks\n", a->n);
+    sb_printf(b, "\naggregates over %d ranks: %s\n", a->n, what);
     sb_printf(b, "  %-17s %12s %12s %6s %12s %12s %9s\n", "", "min", "max", "rank", "mean",
               "std dev", "max/mean");
     for (size_t f = 0; f < NFIELDS; f++) {
         const agg_t *g = &a->agg[f];
+        if (!rm_agg_shown((int)f, a->source))
+            continue;
         char imb[24];
         if (isfinite(g->imbalance))
             snprintf(imb, sizeof imb, "%.2f", g->imbalance);
@@ -942,18 +955,25 @@ static void text_report(sbuf_t *b, const analysis_t *a)
 
     /* Leaks. */
     int fin = strcmp(a->phase, "finalize") == 0;
-    sb_printf(b, "\n%s (%d of %d)\n", fin ? "ranks that leaked" : "ranks with live allocations",
-              a->nleaked, a->n);
+    /* The same blocks as "leaks by call site" when observed: both come
+     * from the recorder. */
+    sb_printf(b, "\n%s (%d of %d): %s\n", fin ? "ranks that leaked" : "ranks with live allocations",
+              a->nleaked, a->n, what);
     if (a->nleaked == 0)
         sb_printf(b, "  none\n");
     else
-        sb_printf(b, "  %6s  %-20s %12s %12s\n", "rank", "host", fin ? "leaked" : "live",
-                  "allocations");
+        sb_printf(b, "  %6s  %-20s %12s %12s%s\n", "rank", "host", fin ? "leaked" : "live",
+                  "allocations", obs ? (fin ? "  served leaked" : "    served live") : "");
     for (int k = 0; k < a->nleaked && k < RK_TEXT_LEAKED; k++) {
         const rk_mpi_record_t *r = &rec[a->leaked[k]];
-        sb_printf(b, "  %6d  %-20s %12s %12llu\n", r->rank, r->host,
-                  fmt_bytes(b1, sizeof b1, (double)r->bytes_current),
-                  (unsigned long long)r->count_current);
+        rm_headline_t h;
+        rm_headline(r, &h);
+        sb_printf(b, "  %6d  %-20s %12s %12llu", r->rank, r->host,
+                  fmt_bytes(b1, sizeof b1, (double)h.current), (unsigned long long)h.live);
+        if (obs)
+            sb_printf(b, " %14s%s", fmt_bytes(b2, sizeof b2, (double)r->bytes_current),
+                      h.source == RM_SRC_OBSERVED ? "" : " (not observed)");
+        sb_printf(b, "\n");
     }
     if (a->nleaked > RK_TEXT_LEAKED)
         sb_printf(b, "  ... %d more (JSON: leaked_ranks)\n", a->nleaked - RK_TEXT_LEAKED);
@@ -984,21 +1004,30 @@ static void text_report(sbuf_t *b, const analysis_t *a)
     text_observed(b, a);
 
     /* Top ranks. */
-    sb_printf(b, "\ntop ranks by peak\n");
-    sb_printf(b, "  %6s  %-20s %5s %6s %12s %12s %12s %12s\n", "rank", "host", "local", "device",
+    sb_printf(b, "\ntop ranks by peak: %s\n", what);
+    sb_printf(b, "  %6s  %-20s %5s %6s %12s %12s %12s %12s", "rank", "host", "local", "device",
               "peak", "reserved", "total", "allocations");
+    if (obs)
+        sb_printf(b, " %12s %12s", "served peak", "rankmem's");
+    sb_printf(b, "\n");
     for (int k = 0; k < a->ntop; k++) {
         const rk_mpi_record_t *r = &rec[a->top[k]];
+        rm_headline_t h;
+        rm_headline(r, &h);
         char dv[16];
         if (r->device >= 0)
             snprintf(dv, sizeof dv, "%d", r->device);
         else
             snprintf(dv, sizeof dv, "host");
-        sb_printf(b, "  %6d  %-20s %5d %6s %12s %12s %12s %12llu\n", r->rank, r->host,
-                  r->local_rank, dv, fmt_bytes(b1, sizeof b1, (double)r->bytes_peak),
+        sb_printf(b, "  %6d  %-20s %5d %6s %12s %12s %12s %12llu", r->rank, r->host,
+                  r->local_rank, dv, fmt_bytes(b1, sizeof b1, (double)h.peak),
                   fmt_bytes(b2, sizeof b2, (double)r->reserved_peak),
-                  fmt_bytes(b3, sizeof b3, (double)r->bytes_total),
-                  (unsigned long long)r->count_total);
+                  fmt_bytes(b3, sizeof b3, (double)h.total), (unsigned long long)h.count);
+        if (obs)
+            sb_printf(b, " %12s %12s%s", fmt_bytes(b4, sizeof b4, (double)r->bytes_peak),
+                      fmt_bytes(b5, sizeof b5, (double)r->obs.rankmem_peak),
+                      h.source == RM_SRC_OBSERVED ? "" : " (not observed)");
+        sb_printf(b, "\n");
     }
     sb_printf(b, "\n");
 }
@@ -1113,8 +1142,14 @@ static void json_report(sbuf_t *b, const analysis_t *a)
     }
     sb_printf(b, "], \"other_bind_ranks\": %d,\n", a->more_binds);
     sb_printf(b, "          \"flags\": {\"host_fallback_ranks\": %d, \"shared_gpu_ranks\": %d, "
-                 "\"bind_mismatch_ranks\": %d, \"bind_none_ranks\": %d, \"inactive_ranks\": %d}},\n",
+                 "\"bind_mismatch_ranks\": %d, \"bind_none_ranks\": %d, \"inactive_ranks\": %d},\n",
               a->n_fallback, a->n_shared, a->n_mismatch, a->n_bind_none, a->n_inactive);
+    /* schema 4: which memory the headline (leaked_ranks, top_by_peak,
+     * memory_*) counts */
+    sb_printf(b, "          \"memory\": {\"source\": \"%s\", \"observed_ranks\": %zu, "
+                 "\"label\": ", rm_source_name(a->source), a->nobs);
+    sb_json_str(b, rm_headline_label(a->source));
+    sb_printf(b, "}},\n");
 
     sb_printf(b, "  \"nodes\": [");
     for (int k = 0; k < a->nnodes; k++) {
@@ -1139,6 +1174,12 @@ static void json_report(sbuf_t *b, const analysis_t *a)
                      "\"observed_gpu_peak_max_rank\": %d",
                   (unsigned long long)nd->obs_peak_sum, (unsigned long long)nd->obs_peak_max,
                   nd->obs_peak_max_rank);
+        sb_printf(b, ", \"memory_peak_sum\": %llu, \"memory_peak_max\": %llu, "
+                     "\"memory_peak_max_rank\": %d, \"memory_current_sum\": %llu, "
+                     "\"memory_total_sum\": %llu",
+                  (unsigned long long)nd->mem_peak_sum, (unsigned long long)nd->mem_peak_max,
+                  nd->mem_peak_max_rank, (unsigned long long)nd->mem_leaked_sum,
+                  (unsigned long long)nd->mem_total_sum);
         if (nd->ndevices)
             sb_printf(b, ", \"dev_total\": %llu, \"dev_free_init_min\": %llu, "
                          "\"dev_free_final_min\": %llu}",
@@ -1165,9 +1206,12 @@ static void json_report(sbuf_t *b, const analysis_t *a)
     sb_printf(b, "\n  },\n  \"leaked_ranks\": [");
     for (int k = 0; k < a->nleaked; k++) {
         const rk_mpi_record_t *r = &rec[a->leaked[k]];
-        sb_printf(b, "%s{\"rank\": %d, \"bytes\": %llu, \"allocations\": %llu}", k ? ", " : "",
-                  r->rank, (unsigned long long)r->bytes_current,
-                  (unsigned long long)r->count_current);
+        rm_headline_t h;
+        rm_headline(r, &h);
+        sb_printf(b, "%s{\"rank\": %d, \"bytes\": %llu, \"allocations\": %llu, \"source\": "
+                     "\"%s\", \"served_bytes\": %llu}", k ? ", " : "", r->rank,
+                  (unsigned long long)h.current, (unsigned long long)h.live,
+                  rm_source_name(h.source), (unsigned long long)r->bytes_current);
     }
     sb_printf(b, "],\n  \"top_by_peak\": [");
     for (int k = 0; k < a->ntop; k++)

@@ -229,9 +229,14 @@ static void print_nodes(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
     char b1[32], b2[32], b3[32], b4[32], b5[32], s1[80];
     size_t limit = op->all ? a->nnodes : op->nodes;
-    fprintf(o, "\nnodes (%zu)\n", a->nnodes);
-    fprintf(o, "  %-20s %5s  %-10s %11s %11s %6s %11s %11s  %s\n", "host", "ranks", "devices",
-            "peak sum", "peak max", "rank", "leaked", "reserved", "device free init -> final");
+    /* Each table's header says which memory it counts (rm_headline). */
+    int obs = a->source != RM_SRC_SERVED; /* served becomes a column beside */
+    fprintf(o, "\nnodes (%zu): %s\n", a->nnodes, rm_headline_label(a->source));
+    fprintf(o, "  %-20s %5s  %-10s %11s %11s %6s %11s %11s", "host", "ranks", "devices",
+            "peak sum", "peak max", "rank", "leaked", "reserved");
+    if (obs)
+        fprintf(o, " %11s", "served peak");
+    fprintf(o, "  %s\n", "device free init -> final");
     /* Beyond the limit, the nodes with the largest peaks. */
     size_t *show = malloc((a->nnodes ? a->nnodes : 1) * sizeof *show);
     size_t nshow = 0;
@@ -239,7 +244,7 @@ static void print_nodes(FILE *o, const rr_analysis_t *a, const opts_t *op)
         return;
     for (size_t k = 0; k < a->nnodes; k++) {
         size_t pos = nshow;
-        while (pos > 0 && a->nodes[k].peak_max > a->nodes[show[pos - 1]].peak_max)
+        while (pos > 0 && a->nodes[k].mem_peak_max > a->nodes[show[pos - 1]].mem_peak_max)
             pos--;
         if (pos >= limit)
             continue;
@@ -269,12 +274,15 @@ static void print_nodes(FILE *o, const rr_analysis_t *a, const opts_t *op)
                      rr_fmt_bytes(b2, sizeof b2, (double)nd->dev_free_final_min),
                      rr_fmt_bytes(b3, sizeof b3, (double)nd->dev_total),
                      nd->shared ? " (shared)" : "");
-        fprintf(o, "  %-20s %5zu  %-10s %11s %11s %6d %11s %11s  %s\n",
+        fprintf(o, "  %-20s %5zu  %-10s %11s %11s %6d %11s %11s",
                 safe(nd->host, s1, sizeof s1), nd->count, devs,
-                rr_fmt_bytes(b4, sizeof b4, (double)nd->peak_sum),
-                rr_fmt_bytes(b5, sizeof b5, (double)nd->peak_max), nd->peak_max_rank,
-                rr_fmt_bytes(b1, sizeof b1, (double)nd->leaked_sum),
-                rr_fmt_bytes(b2, sizeof b2, (double)nd->reserved_sum), dev);
+                rr_fmt_bytes(b4, sizeof b4, (double)nd->mem_peak_sum),
+                rr_fmt_bytes(b5, sizeof b5, (double)nd->mem_peak_max), nd->mem_peak_max_rank,
+                rr_fmt_bytes(b1, sizeof b1, (double)nd->mem_leaked_sum),
+                rr_fmt_bytes(b2, sizeof b2, (double)nd->reserved_sum));
+        if (obs)
+            fprintf(o, " %11s", rr_fmt_bytes(b1, sizeof b1, (double)nd->peak_sum));
+        fprintf(o, "  %s\n", dev);
     }
     if (nshow < a->nnodes)
         fprintf(o, "  ... %zu more nodes (the %zu with the largest peaks are shown; --all lists "
@@ -285,11 +293,13 @@ static void print_nodes(FILE *o, const rr_analysis_t *a, const opts_t *op)
 static void print_aggregates(FILE *o, const rr_analysis_t *a)
 {
     char b1[32], b2[32], b3[32], b4[32], imb[24];
-    fprintf(o, "\naggregates over %zu ranks\n", a->rep->n);
+    fprintf(o, "\naggregates over %zu ranks: %s\n", a->rep->n, rm_headline_label(a->source));
     fprintf(o, "  %-17s %12s %12s %6s %12s %12s %9s\n", "", "min", "max", "rank", "mean",
             "std dev", "max/mean");
     for (int f = 0; f < RR_NAGG; f++) {
         const rr_agg_t *g = &a->agg[f];
+        if (!rm_agg_shown(f, a->source))
+            continue;
         if (isfinite(g->imbalance))
             snprintf(imb, sizeof imb, "%.2f", g->imbalance);
         else
@@ -304,22 +314,30 @@ static void print_aggregates(FILE *o, const rr_analysis_t *a)
 
 static void print_leaked(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
-    char b1[32], s1[80];
+    char b1[32], b2[32], s1[80];
     const rr_report_t *rep = a->rep;
     size_t limit = op->all ? a->nleaked : op->leaked;
-    fprintf(o, "\n%s (%zu of %zu)\n", a->final ? "ranks that leaked" : "ranks with live allocations",
-            a->nleaked, rep->n);
+    int obs = a->source != RM_SRC_SERVED;
+    /* Observed, these are the blocks "leaks by call site" names: both
+     * come from the recorder. */
+    fprintf(o, "\n%s (%zu of %zu): %s\n", a->final ? "ranks that leaked" : "ranks with live "
+            "allocations", a->nleaked, rep->n, rm_headline_label(a->source));
     if (!a->nleaked) {
         fprintf(o, "  none\n");
         return;
     }
-    fprintf(o, "  %6s  %-20s %12s %12s\n", "rank", "host", a->final ? "leaked" : "live",
-            "allocations");
+    fprintf(o, "  %6s  %-20s %12s %12s%s\n", "rank", "host", a->final ? "leaked" : "live",
+            "allocations", obs ? (a->final ? "  served leaked" : "    served live") : "");
     for (size_t k = 0; k < a->nleaked && k < limit; k++) {
         const rr_rank_t *r = &rep->ranks[a->leaked[k]];
-        fprintf(o, "  %6d  %-20s %12s %12llu\n", r->rank, safe(r->host, s1, sizeof s1),
-                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)),
-                (unsigned long long)rm_value(r, RR_COUNT_CURRENT));
+        rm_headline_t h;
+        rm_headline(r, &h);
+        fprintf(o, "  %6d  %-20s %12s %12llu", r->rank, safe(r->host, s1, sizeof s1),
+                rr_fmt_bytes(b1, sizeof b1, (double)h.current), (unsigned long long)h.live);
+        if (obs)
+            fprintf(o, " %14s%s", rr_fmt_bytes(b2, sizeof b2, (double)r->bytes_current),
+                    h.source == RM_SRC_OBSERVED ? "" : " (not observed)");
+        fprintf(o, "\n");
     }
     if (a->nleaked > limit)
         fprintf(o, "  ... %zu more (--all lists them)\n", a->nleaked - limit);
@@ -327,24 +345,34 @@ static void print_leaked(FILE *o, const rr_analysis_t *a, const opts_t *op)
 
 static void print_top(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
-    char b1[32], b2[32], b3[32], s1[80], dv[16];
+    char b1[32], b2[32], b3[32], b4[32], b5[32], s1[80], dv[16];
     const rr_report_t *rep = a->rep;
     size_t limit = op->all ? rep->n : op->top < rep->n ? op->top : rep->n;
-    fprintf(o, "\ntop ranks by peak\n");
-    fprintf(o, "  %6s  %-20s %5s %6s %12s %12s %12s %12s\n", "rank", "host", "local", "device",
+    int obs = a->source != RM_SRC_SERVED;
+    fprintf(o, "\ntop ranks by peak: %s\n", rm_headline_label(a->source));
+    fprintf(o, "  %6s  %-20s %5s %6s %12s %12s %12s %12s", "rank", "host", "local", "device",
             "peak", "reserved", "total", "allocations");
+    if (obs)
+        fprintf(o, " %12s %12s", "served peak", "rankmem's");
+    fprintf(o, "\n");
     for (size_t k = 0; k < limit; k++) {
         const rr_rank_t *r = &rep->ranks[a->by_peak[k]];
+        rm_headline_t h;
+        rm_headline(r, &h);
         if (r->device >= 0)
             snprintf(dv, sizeof dv, "%d", r->device);
         else
             snprintf(dv, sizeof dv, "host");
-        fprintf(o, "  %6d  %-20s %5d %6s %12s %12s %12s %12llu\n", r->rank,
+        fprintf(o, "  %6d  %-20s %5d %6s %12s %12s %12s %12llu", r->rank,
                 safe(r->host, s1, sizeof s1), r->local_rank, dv,
-                rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_PEAK)),
+                rr_fmt_bytes(b1, sizeof b1, (double)h.peak),
                 rr_fmt_bytes(b2, sizeof b2, (double)rm_value(r, RR_RESERVED_PEAK)),
-                rr_fmt_bytes(b3, sizeof b3, (double)rm_value(r, RR_BYTES_TOTAL)),
-                (unsigned long long)rm_value(r, RR_COUNT_TOTAL));
+                rr_fmt_bytes(b3, sizeof b3, (double)h.total), (unsigned long long)h.count);
+        if (obs)
+            fprintf(o, " %12s %12s%s", rr_fmt_bytes(b4, sizeof b4, (double)r->bytes_peak),
+                    rr_fmt_bytes(b5, sizeof b5, (double)r->obs.rankmem_peak),
+                    h.source == RM_SRC_OBSERVED ? "" : " (not observed)");
+        fprintf(o, "\n");
     }
     if (limit < rep->n)
         fprintf(o, "  ... %zu more (--top N, --all)\n", rep->n - limit);
@@ -363,7 +391,7 @@ static int bucket_of(uint64_t v, uint64_t lo, uint64_t hi, int k)
 static void print_histogram(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
     const rr_report_t *rep = a->rep;
-    const rr_agg_t *g = &a->agg[RR_BYTES_PEAK];
+    const rr_agg_t *g = &a->agg[RM_MEM_PEAK];
     char b1[32], b2[32];
     if (!rep->n)
         return;
@@ -378,13 +406,13 @@ static void print_histogram(FILE *o, const rr_analysis_t *a, const opts_t *op)
     if (!count)
         return;
     for (size_t i = 0; i < rep->n; i++)
-        count[bucket_of(rm_value(&rep->ranks[i], RR_BYTES_PEAK), g->min, g->max, k)]++;
+        count[bucket_of(rm_value(&rep->ranks[i], RM_MEM_PEAK), g->min, g->max, k)]++;
     size_t cmax = 0;
     for (int b = 0; b < k; b++)
         if (count[b] > cmax)
             cmax = count[b];
-    fprintf(o, "\npeak bytes histogram (%zu rank%s, %d bucket%s)\n", rep->n,
-            rep->n == 1 ? "" : "s", k, k == 1 ? "" : "s");
+    fprintf(o, "\npeak bytes histogram (%zu rank%s, %d bucket%s): %s\n", rep->n,
+            rep->n == 1 ? "" : "s", k, k == 1 ? "" : "s", rm_headline_label(a->source));
     for (int b = 0; b < k; b++) {
         long double lo = (long double)g->min + (long double)(g->max - g->min) * b / k;
         long double hi = (long double)g->min + (long double)(g->max - g->min) * (b + 1) / k;
@@ -707,7 +735,7 @@ static void describe_run(FILE *o, const char *which, const rr_analysis_t *a)
         fprintf(o, ", %s", safe(r->phase, s2, sizeof s2));
     if (r->time)
         fprintf(o, ", %s", safe(r->time, s1, sizeof s1));
-    fprintf(o, "\n");
+    fprintf(o, "; %s\n", rm_headline_label(a->source));
 }
 
 /* Peaks per phase, matched by name (the n-th phase of a name with the
@@ -758,11 +786,19 @@ static int compare(FILE *o, const rr_analysis_t *ao, const rr_analysis_t *an, co
     fprintf(o, "rankmem memory report: comparison\n");
     describe_run(o, "old", ao);
     describe_run(o, "new", an);
+    /* Peaks of two different memories would compare as a change. */
+    int src = ao->source == an->source ? an->source : RM_SRC_MIXED;
+    if (ao->source != an->source)
+        fprintf(o, "  note: the runs count different memories (old %s, new %s): peaks, leaks "
+                   "and totals below compare these\n", rm_source_name(ao->source),
+                rm_source_name(an->source));
 
     fprintf(o, "\n%-19s %12s %12s %8s %12s %12s %8s  %s\n", "aggregates", "old max", "new max",
             "change", "old mean", "new mean", "change", "max/mean old -> new");
     for (int f = 0; f < RR_NAGG; f++) {
         const rr_agg_t *x = &ao->agg[f], *y = &an->agg[f];
+        if (!rm_agg_shown(f, src))
+            continue;
         if (isfinite(x->imbalance))
             snprintf(i1, sizeof i1, "%.2f", x->imbalance);
         else
@@ -829,8 +865,9 @@ static int compare(FILE *o, const rr_analysis_t *ao, const rr_analysis_t *an, co
         fprintf(o, ", %zu only in new\n", only_new);
     }
     size_t limit = op->all ? nm : op->top;
-    print_moved(o, old, now, m, nm, RR_BYTES_PEAK, limit, "ranks whose peak moved most");
-    print_moved(o, old, now, m, nm, RR_BYTES_CURRENT, limit,
+    /* The headline, as in each run's own report (rm_headline). */
+    print_moved(o, old, now, m, nm, RM_MEM_PEAK, limit, "ranks whose peak moved most");
+    print_moved(o, old, now, m, nm, RM_MEM_CURRENT, limit,
                 an->final ? "ranks whose leaked bytes moved most"
                           : "ranks whose live bytes moved most");
     if (has_observed(old) || has_observed(now))

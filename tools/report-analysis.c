@@ -13,7 +13,7 @@ static const rr_rank_t *sort_ranks;
 static int cmp_peak(const void *a, const void *b)
 {
     const rr_rank_t *x = &sort_ranks[*(const size_t *)a], *y = &sort_ranks[*(const size_t *)b];
-    uint64_t p = rm_value(x, RR_BYTES_PEAK), q = rm_value(y, RR_BYTES_PEAK);
+    uint64_t p = rm_value(x, RM_MEM_PEAK), q = rm_value(y, RM_MEM_PEAK);
     if (p != q)
         return p < q ? 1 : -1;
     return (x->rank > y->rank) - (x->rank < y->rank);
@@ -22,7 +22,7 @@ static int cmp_peak(const void *a, const void *b)
 static int cmp_leak(const void *a, const void *b)
 {
     const rr_rank_t *x = &sort_ranks[*(const size_t *)a], *y = &sort_ranks[*(const size_t *)b];
-    uint64_t p = rm_value(x, RR_BYTES_CURRENT), q = rm_value(y, RR_BYTES_CURRENT);
+    uint64_t p = rm_value(x, RM_MEM_CURRENT), q = rm_value(y, RM_MEM_CURRENT);
     if (p != q)
         return p < q ? 1 : -1;
     return (x->rank > y->rank) - (x->rank < y->rank);
@@ -45,6 +45,8 @@ int rr_analyse(const rr_report_t *rep, rr_analysis_t *a)
     for (int f = 0; f < RR_NAGG; f++)
         rm_aggregate(rep->ranks, n, f, &a->agg[f]);
     a->final = !rep->phase || strcmp(rep->phase, "finalize") == 0;
+    /* One story (issue 29): the plugin's choice, from the same helper. */
+    a->source = rm_headline_source(rep->ranks, n, &a->nobs);
 
     a->by_host = malloc(m * sizeof *a->by_host);
     a->by_peak = malloc(m * sizeof *a->by_peak);
@@ -60,7 +62,7 @@ int rr_analyse(const rr_report_t *rep, rr_analysis_t *a)
     qsort(a->by_peak, n, sizeof(size_t), cmp_peak);
     a->nleaked = 0;
     for (size_t i = 0; i < n; i++)
-        if (rm_value(&rep->ranks[i], RR_BYTES_CURRENT) > 0)
+        if (rm_value(&rep->ranks[i], RM_MEM_CURRENT) > 0)
             a->leaked[a->nleaked++] = i;
     qsort(a->leaked, a->nleaked, sizeof(size_t), cmp_leak);
 
@@ -144,7 +146,5 @@ const char *rr_fmt_field(char *buf, size_t cap, int field, double v, int exact)
 
 const char *rr_field_label(const rr_analysis_t *a, int field)
 {
-    if (field == RR_BYTES_CURRENT && !a->final)
-        return "live bytes"; /* before finalize, what is allocated is not a leak */
-    return rr_fields[field].label;
+    return rm_agg_label(field, a->source, a->final);
 }

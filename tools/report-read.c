@@ -650,6 +650,7 @@ static const struct {
     {1, read_schema1},
     {2, read_schema2},
     {3, read_schema3},
+    {4, read_schema3}, /* the headline's keys are computed again, not read */
 };
 #define NREADERS (sizeof json_readers / sizeof json_readers[0])
 

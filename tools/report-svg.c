@@ -516,13 +516,13 @@ int rr_write_svg(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
             free((void *)by_rank);
             return -1;
         }
-        make_bins(rep, order, nbars, RR_BYTES_PEAK, bins);
-        make_bins(rep, order, nbars, RR_BYTES_CURRENT, lbins);
+        make_bins(rep, order, nbars, RM_MEM_PEAK, bins);
+        make_bins(rep, order, nbars, RM_MEM_CURRENT, lbins);
     }
 
     /* The capacity: given, or the smallest device of the job. */
     uint64_t cap = o->capacity ? o->capacity : a->cap_min;
-    double pmax = (double)a->agg[RR_BYTES_PEAK].max;
+    double pmax = (double)a->agg[RM_MEM_PEAK].max;
     int cap_on_scale = 0, cap_off_scale = 0;
     if (cap && o->capacity_mode == RR_CAP_SHOW)
         cap_on_scale = 1;
@@ -535,7 +535,7 @@ int rr_write_svg(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     }
     /* 3% headroom: the tallest bar and the capacity line stay off the frame */
     scale_t ps = nice_scale(1.03 * (cap_on_scale && (double)cap > pmax ? (double)cap : pmax));
-    scale_t ls = nice_scale(1.03 * (double)a->agg[RR_BYTES_CURRENT].max);
+    scale_t ls = nice_scale(1.03 * (double)a->agg[RM_MEM_CURRENT].max);
     /* the timeline's panels below the bars, when the report has one */
     double HT = H + (rep->has_timeline && n ? TL_H : 0);
 
@@ -588,10 +588,11 @@ int rr_write_svg(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     }
 
     /* peak panel */
-    fprintf(f, "<text class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">peak bytes per rank</text>\n", ML,
-            PEAK_TOP - 8);
+    /* The title says which memory (rm_headline): one story with the text. */
+    fprintf(f, "<text id=\"peak-title\" class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">peak bytes per "
+               "rank: %s</text>\n", ML, PEAK_TOP - 8, rm_headline_label(a->source));
     if (n)
-        panel(f, a, order, bins, nbars, binned, RR_BYTES_PEAK, "peak", "peak-panel", PEAK_TOP,
+        panel(f, a, order, bins, nbars, binned, RM_MEM_PEAK, "peak", "peak-panel", PEAK_TOP,
               PEAK_H, &ps);
     if (cap_on_scale) {
         double y = y_of((double)cap, PEAK_TOP, PEAK_H, ps.max);
@@ -622,10 +623,11 @@ int rr_write_svg(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     }
 
     /* leaked panel */
-    fprintf(f, "<text class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">%s per rank</text>\n", ML,
-            LEAK_TOP - 8, rr_field_label(a, RR_BYTES_CURRENT));
+    fprintf(f, "<text id=\"leaked-title\" class=\"ptitle\" x=\"%.2f\" y=\"%.2f\">%s per rank: "
+               "%s</text>\n", ML, LEAK_TOP - 8, rr_field_label(a, RM_MEM_CURRENT),
+            rm_headline_label(a->source));
     if (a->nleaked && n)
-        panel(f, a, order, lbins, nbars, binned, RR_BYTES_CURRENT, "leaked", "leaked-panel",
+        panel(f, a, order, lbins, nbars, binned, RM_MEM_CURRENT, "leaked", "leaked-panel",
               LEAK_TOP, LEAK_H, &ls);
     else
         fprintf(f, "<text id=\"no-leaks\" class=\"note\" x=\"%.2f\" y=\"%.2f\">%s</text>\n",
@@ -738,13 +740,15 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
         return -1;
     fputs("</div>\n", f);
 
-    fprintf(f, "<h2>aggregates over %zu ranks</h2>\n<table>\n<tr><th></th><th class=\"num\">min"
+    fprintf(f, "<h2>aggregates over %zu ranks: %s</h2>\n<table>\n<tr><th></th><th class=\"num\">min"
                "</th><th class=\"num\">max</th><th class=\"num\">rank of max</th><th "
                "class=\"num\">mean</th><th class=\"num\">std dev</th><th class=\"num\">max/mean"
                "</th></tr>\n",
-            rep->n);
+            rep->n, rm_headline_label(a->source));
     for (int k = 0; k < RR_NAGG; k++) {
         const rr_agg_t *g = &a->agg[k];
+        if (!rm_agg_shown(k, a->source))
+            continue;
         fputs("<tr>", f);
         td_text(f, rr_field_label(a, k));
         td_num(f, rr_fmt_field(b1, sizeof b1, k, (double)g->min, 1));
@@ -763,10 +767,10 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     fputs("</table>\n", f);
 
     size_t ntop = rep->n < 10 ? rep->n : 10;
-    fputs("<h2>top ranks by peak</h2>\n<table>\n<tr><th class=\"num\">rank</th><th>host</th>"
-          "<th class=\"num\">device</th><th class=\"num\">peak</th><th class=\"num\">reserved"
-          "</th><th class=\"num\">leaked</th></tr>\n",
-          f);
+    fprintf(f, "<h2>top ranks by peak: %s</h2>\n<table>\n<tr><th class=\"num\">rank</th>"
+               "<th>host</th><th class=\"num\">device</th><th class=\"num\">peak</th><th "
+               "class=\"num\">reserved</th><th class=\"num\">leaked</th><th class=\"num\">served "
+               "peak</th></tr>\n", rm_headline_label(a->source));
     for (size_t k = 0; k < ntop; k++) {
         const rr_rank_t *r = &rep->ranks[a->by_peak[k]];
         fputs("<tr>", f);
@@ -778,15 +782,17 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
         else
             snprintf(b1, sizeof b1, "host");
         td_num(f, b1);
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_PEAK)));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RM_MEM_PEAK)));
         td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_RESERVED_PEAK)));
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RM_MEM_CURRENT)));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)r->bytes_peak));
         fputs("</tr>\n", f);
     }
     fputs("</table>\n", f);
 
-    fprintf(f, "<h2>%s (%zu of %zu)</h2>\n",
-            a->final ? "ranks that leaked" : "ranks with live allocations", a->nleaked, rep->n);
+    fprintf(f, "<h2>%s (%zu of %zu): %s</h2>\n",
+            a->final ? "ranks that leaked" : "ranks with live allocations", a->nleaked, rep->n,
+            rm_headline_label(a->source));
     if (a->nleaked) {
         size_t show = a->nleaked < 50 ? a->nleaked : 50;
         fputs("<table>\n<tr><th class=\"num\">rank</th><th>host</th><th class=\"num\">bytes</th>"
@@ -798,8 +804,8 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
             snprintf(b1, sizeof b1, "%d", r->rank);
             td_num(f, b1);
             td_text(f, r->host);
-            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RR_BYTES_CURRENT)));
-            snprintf(b1, sizeof b1, "%llu", (unsigned long long)rm_value(r, RR_COUNT_CURRENT));
+            td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)rm_value(r, RM_MEM_CURRENT)));
+            snprintf(b1, sizeof b1, "%llu", (unsigned long long)rm_value(r, RM_MEM_LIVE));
             td_num(f, b1);
             fputs("</tr>\n", f);
         }
@@ -811,22 +817,24 @@ int rr_write_html(FILE *f, const rr_analysis_t *a, const rr_svg_opts_t *o)
     }
 
     size_t nshow = a->nnodes < 100 ? a->nnodes : 100;
-    fprintf(f, "<h2>nodes (%zu)</h2>\n<table>\n<tr><th>host</th><th class=\"num\">ranks</th>"
-               "<th class=\"num\">peak sum</th><th class=\"num\">peak max</th><th class=\"num\">"
-               "rank</th><th class=\"num\">leaked</th><th class=\"num\">reserved</th></tr>\n",
-            a->nnodes);
+    fprintf(f, "<h2>nodes (%zu): %s</h2>\n<table>\n<tr><th>host</th><th class=\"num\">ranks"
+               "</th><th class=\"num\">peak sum</th><th class=\"num\">peak max</th><th class=\"num"
+               "\">rank</th><th class=\"num\">leaked</th><th class=\"num\">reserved</th><th "
+               "class=\"num\">served peak sum</th></tr>\n",
+            a->nnodes, rm_headline_label(a->source));
     for (size_t k = 0; k < nshow; k++) {
         const rr_node_t *nd = &a->nodes[k];
         fputs("<tr>", f);
         td_text(f, nd->host);
         snprintf(b1, sizeof b1, "%zu", nd->count);
         td_num(f, b1);
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->peak_sum));
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->peak_max));
-        snprintf(b1, sizeof b1, "%d", nd->peak_max_rank);
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->mem_peak_sum));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->mem_peak_max));
+        snprintf(b1, sizeof b1, "%d", nd->mem_peak_max_rank);
         td_num(f, b1);
-        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->leaked_sum));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->mem_leaked_sum));
         td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->reserved_sum));
+        td_num(f, rr_fmt_bytes(b1, sizeof b1, (double)nd->peak_sum));
         fputs("</tr>\n", f);
     }
     fputs("</table>\n", f);

@@ -134,9 +134,11 @@ typedef struct {
     size_t *by_host;         /* indices, by (host, rank) */
     rr_node_t *nodes;
     size_t nnodes, per_node_max;
-    size_t *by_peak;         /* indices, largest peak first, ties by rank */
-    size_t *leaked;          /* indices with bytes_current > 0, largest first */
+    size_t *by_peak;         /* indices, largest headline peak first, ties by rank */
+    size_t *leaked;          /* indices with headline bytes live, largest first */
     size_t nleaked;
+    int source;              /* the headline's (rm_headline_source): RM_SRC_* */
+    size_t nobs;             /* ranks whose headline is observed */
     double wall_max;
     int n_fallback, n_shared, n_mismatch, n_bind_none, n_inactive;
     /* device capacity: dev_total_init over the ranks on a device (0: none) */
@@ -151,7 +153,8 @@ void rr_analysis_free(rr_analysis_t *a);
 const char *rr_fmt_bytes(char *buf, size_t cap, double v);
 const char *rr_fmt_ns(char *buf, size_t cap, double ns);
 const char *rr_fmt_field(char *buf, size_t cap, int field, double v, int exact);
-/* "leaked bytes", or "live bytes" when the report is not the final one */
+/* The model's label (rm_agg_label): "leaked bytes", or "live bytes" when
+ * the report is not the final one, ... */
 const char *rr_field_label(const rr_analysis_t *a, int field);
 
 /* ---- the picture (report-svg.c) ---- */

@@ -112,6 +112,12 @@ def close(x, y):
 # The aggregates of observed memory (issue 19) come from nested values.
 AGG_PATHS = {"observed_gpu_peak": ("observed", "gpu", "peak"),
              "observed_served_peak": ("observed", "served", "peak")}
+# The headline (schema 4, issue 29): each record's "memory"; nothing is
+# observed here, so it is what the chain served (checked below).
+AGG_PATHS.update({"memory_" + k: ("memory", k)
+                  for k in ("peak", "current", "total", "count", "live")})
+SERVED = {"peak": "bytes_peak", "current": "bytes_current", "total": "bytes_total",
+          "count": "count_total", "live": "count_current"}
 
 
 def value_of(rec, key):
@@ -163,8 +169,8 @@ def check_json(path, res, phase, ranks, what, jobid=None):
     except (OSError, ValueError) as e:
         ok(False, "%s: JSON parses (%s)" % (what, e))
         return None
-    ok(doc.get("schema") == 3 and doc.get("record_version") == 3,
-       "%s: schema 3, record version 3" % what)
+    ok(doc.get("schema") == 4 and doc.get("record_version") == 3,
+       "%s: schema 4, record version 3" % what)
     job = doc["job"]
     hosts = sorted({res[r]["host"][:63] for r in ranks})
     ok(job["ranks"] == len(ranks) and job["world_size"] == NP and job["nodes"] == len(hosts),
@@ -198,6 +204,8 @@ def check_json(path, res, phase, ranks, what, jobid=None):
             bad.append("rank %d: env_local_rank %r" % (r, rec["env_local_rank"]))
         if not (rec["reserved_peak"] == 0 or rec["reserved_peak"] >= rec["bytes_peak"]):
             bad.append("rank %d: reserved_peak %r < peak" % (r, rec["reserved_peak"]))
+        if rec["memory"] != dict(source="served", **{k: rec[v] for k, v in SERVED.items()}):
+            bad.append("rank %d: memory %r is not what the chain served" % (r, rec["memory"]))
         if rec["alloc_ns"] <= 0 or not rec["spec"] or not rec["bind_mode"]:
             bad.append("rank %d: alloc_ns %r, spec %r, bind %r" %
                        (r, rec["alloc_ns"], rec["spec"], rec["bind_mode"]))
@@ -267,10 +275,11 @@ def check_text(text, doc, what, jobid=None):
     phase = doc["phase"]
     fin = phase == "finalize"
     n = doc["job"]["ranks"]
-    heads = ["==== rankmem memory report (%s) ====" % phase, "job", "nodes (%d)" %
-             doc["job"]["nodes"], "aggregates over %d ranks" % n,
-             "%s (%d of %d)" % ("ranks that leaked" if fin else "ranks with live allocations",
-                                len(doc["leaked_ranks"]), n), "top ranks by peak"]
+    lab = ": memory rankmem served"  # each table's header says which memory
+    heads = ["==== rankmem memory report (%s) ====" % phase, "job", "nodes (%d)%s" %
+             (doc["job"]["nodes"], lab), "aggregates over %d ranks%s" % (n, lab),
+             "%s (%d of %d)%s" % ("ranks that leaked" if fin else "ranks with live allocations",
+                                  len(doc["leaked_ranks"]), n, lab), "top ranks by peak" + lab]
     lines = text.splitlines()
     ok(all(h in lines for h in heads), "%s: text: every section (%s)" % (what, ", ".join(heads)))
     want_job = "%s (%s)" % (jobid[1], jobid[0]) if jobid else "nojob (no launcher job id)"
@@ -295,7 +304,7 @@ def check_text(text, doc, what, jobid=None):
             diag("%s: text row %r: rank column %r, want %r" % (what, label, rank_col,
                                                               agg[key]["max_rank"]))
     ok(good, "%s: text: aggregates name the rank of each max" % what)
-    top = lines.index("top ranks by peak") if "top ranks by peak" in lines else -1
+    top = lines.index("top ranks by peak" + lab) if "top ranks by peak" + lab in lines else -1
     got = [int(l.split()[0]) for l in lines[top + 2:top + 2 + len(doc["top_by_peak"])]] \
         if top >= 0 else []
     ok(got == doc["top_by_peak"], "%s: text: top ranks %s" % (what, got))
@@ -452,7 +461,7 @@ def tests(top):
     os.mkdir(d)
     rc, out, err = run(d)
     ok(rc == 0 and files_in(d) == [] and err.count("==== rankmem memory report (finalize)") == 1
-       and "top ranks by peak" in err, "default: one text report on stderr, no file")
+       and "top ranks by peak: memory rankmem served" in err, "default: one text report on stderr, no file")
 
     # ---- 7. stdout, JSON ----
     rc, out, err = run(d, {"RANKMEM_REPORT": "stdout", "RANKMEM_REPORT_FORMAT": "json"})

@@ -84,8 +84,8 @@ def check_failure(name, d, rank, kind, trigger, code, rc, err):
         return None
     r = doc["ranks"][0]
     f = r["failure"]
-    ok(doc["schema"] == 3 and doc["phase"] == "failure" and r["rank"] == rank,
-       "%s: a schema 3 failure document of rank %d" % (name, rank))
+    ok(doc["schema"] == 4 and doc["phase"] == "failure" and r["rank"] == rank,
+       "%s: a schema 4 failure document of rank %d" % (name, rank))
     good = f["kind"] == kind and f["trigger"] == trigger and f["code"] == code
     if not ok(good, "%s: the record says %s %s %d" % (name, kind, trigger, code)):
         diag(json.dumps(f))

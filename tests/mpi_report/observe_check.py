@@ -108,7 +108,7 @@ def tests(top):
     except (OSError, ValueError) as e:
         ok(False, "the report parses (%s)" % e)
         return
-    ok(doc["schema"] == 3 and doc["record_version"] == 3, "schema 3, record version 3")
+    ok(doc["schema"] == 4 and doc["record_version"] == 3, "schema 4, record version 3")
     recs = doc["ranks"]
     obs = [r["observed"] for r in recs]
     states = {o["state"] for o in obs}

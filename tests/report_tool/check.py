@@ -43,7 +43,42 @@ NESTED = {"observed_gpu_peak": ("observed", "gpu", "peak"),
           "observed_served_peak": ("observed", "served", "peak")}
 
 
+# The headline (schema 4, issue 29): the program's observed GPU memory
+# where observation was on, else what the chain served; as rm_headline().
+MEM = {"memory_peak": ("peak", "bytes_peak"), "memory_current": ("current", "bytes_current"),
+       "memory_total": ("total", "bytes_total"), "memory_count": ("count", "count_total"),
+       "memory_live": ("live", "count_current")}
+HEAD = list(MEM)
+HEAD_LABELS = ["peak bytes", "leaked bytes", "total bytes", "allocations", "live allocations"]
+SERVED_LABELS = {"bytes_peak": "served peak", "bytes_current": "served leaked",
+                 "bytes_total": "served total", "count_total": "served allocs",
+                 "count_peak": "served peak allocs", "count_current": "served live allocs",
+                 "observed_served_peak": "intercepted peak"}
+
+
+def observed(rec):
+    o = rec.get("observed")
+    return int(rec.get("version", 0)) >= 2 and isinstance(o, dict) and o.get("state") == "on"
+
+
+def source_of(recs):
+    nobs = sum(observed(r) for r in recs)
+    nact = sum(int(r.get("version", 1)) != 0 for r in recs)
+    return "served" if nobs == 0 else "observed" if nobs >= nact else "mixed"
+
+
+def label_of(src):
+    return {"observed": "device memory as the program saw it (observed)",
+            "served": "memory rankmem served"}.get(
+        src, "device memory as the program saw it (observed) where observed, else memory "
+             "rankmem served")
+
+
 def value_of(rec, key):
+    if key in MEM:
+        if observed(rec):
+            return int(rec["observed"]["gpu"].get(MEM[key][0], 0))
+        return int(rec.get(MEM[key][1], 0))
     v = rec
     for k in NESTED.get(key, (key,)):
         if not isinstance(v, dict) or k not in v:
@@ -103,7 +138,7 @@ def aggregates(recs):
     """Per field: min, min_rank, max, max_rank (lowest rank on ties), sum, mean,
     std (population), imbalance (None when the mean is 0); exact fractions."""
     out = {}
-    for key in FIELDS:
+    for key in HEAD + FIELDS:
         vals = [(value_of(r, key), r["rank"]) for r in recs]
         mx = max(v for v, _ in vals)
         mn = min(v for v, _ in vals)
@@ -120,9 +155,17 @@ def aggregates(recs):
 def expected_aggregate_lines(recs, final=True):
     lines = []
     agg = aggregates(recs)
-    for key, label, unit in zip(FIELDS, LABELS, UNITS):
-        if key == "bytes_current" and not final:
+    src = source_of(recs)
+    dup = ("bytes_peak", "bytes_current", "bytes_total", "count_total", "count_current")
+    for key, label, unit in zip(HEAD + FIELDS, HEAD_LABELS + LABELS, ["B"] * 3 + ["n"] * 2 + UNITS):
+        if src == "served" and key in dup:
+            continue  # the same numbers as the headline's rows
+        if key in SERVED_LABELS and not (src == "served" and key == "count_peak"):
+            label = SERVED_LABELS[key]
+        if key == "memory_current" and not final:
             label = "live bytes"
+        if key == "bytes_current" and not final:
+            label = "served live"
         g = agg[key]
         imb = "%.2f" % g["imbalance"] if g["imbalance"] is not None else "-"
         lines.append("  %-17s %12s %12s %6d %12s %12s %9s" % (
@@ -649,12 +692,16 @@ def test_schema2():
             "bytes_peak", "bytes_current", "bytes_total", "count_total", "count_peak",
             "count_current", "reserved_peak", "alloc_ns", "staged_bytes", "staged_messages",
             "dev_total_init", "dev_free_init", "dev_total_final", "dev_free_final", "staged_ns",
-            "wall_s", "version", "observed.state", "observed.gpu.peak", "observed.served.peak"]
+            "wall_s", "version", "observed.state", "observed.gpu.peak", "observed.served.peak",
+            "observed.gpu.current", "observed.gpu.total", "observed.gpu.count",
+            "observed.gpu.live"]
     with open(csvp, "w", newline="") as f:
         w = csvmod.writer(f)
         w.writerow(cols)
         for r in recs:
             w.writerow([r["observed"]["state"] if c == "observed.state" else
+                        r["observed"]["gpu"][c.split(".")[2]] if c.startswith("observed.gpu.") and
+                        c != "observed.gpu.peak" else
                         value_of(r, {"observed.gpu.peak": "observed_gpu_peak",
                                      "observed.served.peak": "observed_served_peak"}.get(c, c))
                         for c in cols])
@@ -732,10 +779,10 @@ def test_malformed():
                    "a rank twice")
 
     doc = json.loads(text)
-    doc["schema"] = 4
-    expect_refusal("s4", write("schema4.json", json.dumps(doc)),
-                   r"schema4\.json:1:\d+: report schema 4 is newer than this rankmem-report "
-                   r"reads \(schemas 1 to 3\)", "\"schema\": 4 is refused as newer")
+    doc["schema"] = 5
+    expect_refusal("s5", write("schema5.json", json.dumps(doc)),
+                   r"schema5\.json:1:\d+: report schema 5 is newer than this rankmem-report "
+                   r"reads \(schemas 1 to 4\)", "\"schema\": 5 is refused as newer")
     doc["schema"] = 0
     expect_refusal("s0", write("schema0.json", json.dumps(doc)), r"unknown report schema 0",
                    "\"schema\": 0")
