@@ -82,6 +82,9 @@ def main():
     top = tempfile.mkdtemp(prefix="rankmem-observe-test-")
     try:
         tests(top)
+        on = os.path.join(top, "on")
+        os.mkdir(on)
+        tests_headline(on)
     finally:
         shutil.rmtree(top, ignore_errors=True)
     print("1..%d" % taplib.count, flush=True)
@@ -246,6 +249,132 @@ def tests(top):
         ok(True, "# SKIP rankmem-report not built")
     if taplib.failed:
         diag(text[-4000:])
+
+
+
+def fmt_bytes(v):
+    if v < 1024:
+        return "%d B" % v
+    units = ["KiB", "MiB", "GiB", "TiB"]
+    u = -1
+    while v >= 1024 and u < len(units) - 1:
+        v /= 1024.0
+        u += 1
+    return "%.2f %s" % (v, units[u])
+
+
+def tests_headline(top):
+    """Issue 29, "one story": observation on, nothing served by rankmem's
+    chain (its counters are 0), the program's memory observed. Every
+    headline (text, JSON, CSV, the tool's text and SVG) must be the
+    observed one, and the ranks that leaked must be what the leaks by call
+    site say."""
+    label = "device memory as the program saw it (observed)"
+    rc, out, err = run(top, {"RANKMEM_OBSERVE": "on", "RANKMEM_QUIET": "1", "RKT_OBS_ON": "1",
+                             "RANKMEM_REPORT": os.path.join(top, "r"),
+                             "RANKMEM_REPORT_FORMAT": "text,json,csv"})
+    if not ok(rc == 0, "headline: 4 ranks ran with observation on (exit %r)" % rc):
+        diag(err[-3000:])
+    try:
+        with open(os.path.join(top, "r.json")) as f:
+            doc = json.load(f)
+        with open(os.path.join(top, "r.txt")) as f:
+            text = f.read()
+        with open(os.path.join(top, "r.csv"), newline="") as f:
+            rows = list(csv.DictReader(f))
+    except (OSError, ValueError) as e:
+        ok(False, "headline: the report parses (%s)" % e)
+        return
+    recs = doc["ranks"]
+    exp = {r: expected(r) for r in range(NP)}
+    ok(all(x["observed"]["state"] == "on" and x["bytes_peak"] == 0 and
+           x["bytes_current"] == 0 for x in recs),
+       "headline: observation on, served 0 on every rank (the case of the issue)")
+    ok(all(x["memory"] == dict(source="observed", peak=exp[x["rank"]]["gpu_peak"],
+                               current=exp[x["rank"]]["gpu_current"],
+                               total=exp[x["rank"]]["gpu_total"],
+                               count=x["observed"]["gpu"]["count"],
+                               live=exp[x["rank"]]["gpu_live"]) for x in recs),
+       "headline: each record's memory is the observed GPU memory")
+    ok(doc["job"]["memory"] == dict(source="observed", observed_ranks=NP, label=label),
+       "headline: the job says its headline is observed")
+    peaks = sorted(range(NP), key=lambda r: (-exp[r]["gpu_peak"], r))
+    ok(doc["top_by_peak"] == peaks, "headline: top ranks by observed peak %s" % peaks)
+    agg = doc["aggregates"]["memory_peak"]
+    ok(agg["max"] == exp[peaks[0]]["gpu_peak"] and agg["max_rank"] == peaks[0] and
+       agg["min"] == exp[peaks[-1]]["gpu_peak"], "headline: aggregates.memory_peak observed")
+    node = doc["nodes"][0] if len(doc["nodes"]) == 1 else None
+    ok(node is not None and node["memory_peak_sum"] == sum(e["gpu_peak"] for e in exp.values())
+       and node["memory_peak_max_rank"] == peaks[0] and node["bytes_peak_sum"] == 0,
+       "headline: the node's peak sum is observed; the served sum (0) kept beside it")
+    leak = sorted((r for r in range(NP) if exp[r]["gpu_current"]),
+                  key=lambda r: (-exp[r]["gpu_current"], r))
+    lr = doc["leaked_ranks"]
+    ok([x["rank"] for x in lr] == leak and
+       all(x["bytes"] == exp[x["rank"]]["gpu_current"] and x["source"] == "observed" and
+           x["served_bytes"] == 0 for x in lr),
+       "headline: leaked_ranks are the observed leaks %s (served 0 beside)" % leak)
+    # one source: the ranks that leaked and the leaks by call site agree
+    ok(doc["leaks"] and sum(x["bytes"] for x in lr) == sum(s["bytes"] for s in doc["leaks"]) and
+       sum(x["allocations"] for x in lr) == sum(s["count"] for s in doc["leaks"]) and
+       max(s["ranks"] for s in doc["leaks"]) == len(lr),
+       "headline: ranks that leaked and leaks by call site count the same blocks")
+    ok(len(rows) == NP and all(r["memory.source"] == "observed" and
+                               int(r["memory.peak"]) == exp[int(r["rank"])]["gpu_peak"] and
+                               int(r["memory.current"]) == exp[int(r["rank"])]["gpu_current"]
+                               for r in rows),
+       "headline: the CSV's memory.* columns are observed")
+    lines = text.splitlines()
+    heads = ["nodes (1): " + label, "aggregates over 4 ranks: " + label,
+             "ranks that leaked (%d of 4): %s" % (len(leak), label),
+             "top ranks by peak: " + label]
+    ok(all(h in lines for h in heads), "headline: text: each table says it is observed")
+
+    def rows_after(title, k):
+        i = lines.index(title) if title in lines else -1
+        return lines[i + 2:i + 2 + k] if i >= 0 else []
+    top_rows = rows_after(heads[3], NP)
+    ok([int(l.split()[0]) for l in top_rows] == peaks and
+       all(fmt_bytes(exp[int(l.split()[0])]["gpu_peak"]) in l for l in top_rows),
+       "headline: text: top ranks by peak with their observed peaks")
+    lk_rows = rows_after(heads[2], len(leak))
+    ok([int(l.split()[0]) for l in lk_rows] == leak and
+       all(fmt_bytes(exp[int(l.split()[0])]["gpu_current"]) in l for l in lk_rows),
+       "headline: text: ranks that leaked with their observed leaks")
+    pk = [l for l in lines if l.startswith("  peak bytes ")]
+    ok(pk and fmt_bytes(exp[peaks[0]]["gpu_peak"]) in pk[0] and
+       any(l.startswith("  served peak ") for l in lines),
+       "headline: text: the peak row is observed, the served peak a row of its own")
+    tool = os.path.join(builddir, "tools", "rankmem-report")
+    if not os.path.exists(tool):
+        ok(True, "# SKIP rankmem-report not built")
+        return
+    svg = os.path.join(top, "r.svg")
+    p = subprocess.run([tool, os.path.join(top, "r.json"), "--svg", svg], capture_output=True,
+                       text=True, timeout=120)
+    tl = p.stdout.splitlines()
+    ok(p.returncode == 0 and all(h in tl for h in heads),
+       "headline: rankmem-report's text says the same tables are observed")
+    try:
+        import xml.etree.ElementTree as ET
+        root = ET.parse(svg).getroot()
+    except (OSError, ET.ParseError) as e:
+        ok(False, "headline: the SVG parses (%s)" % e)
+        return
+    ns = "{http://www.w3.org/2000/svg}"
+
+    def bars(gid):
+        g = root.find(".//%sg[@id='%s']" % (ns, gid))
+        return {int(r.get("data-rank")): int(r.get("data-bytes"))
+                for r in (g.findall("%srect" % ns) if g is not None else [])
+                if r.get("data-rank") is not None}
+    title = root.find(".//%stext[@id='peak-title']" % ns)
+    ok(title is not None and label in "".join(title.itertext()) and
+       bars("peak-panel") == {r: exp[r]["gpu_peak"] for r in range(NP)},
+       "headline: SVG: the peak bars are the observed peaks")
+    ok(root.find(".//%stext[@id='no-leaks']" % ns) is None and
+       bars("leaked-panel") == {r: exp[r]["gpu_current"] for r in range(NP)},
+       "headline: SVG: the leaked bars are the observed leaks (no 'no rank leaked')")
 
 
 if __name__ == "__main__":
