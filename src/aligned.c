@@ -158,12 +158,13 @@ rankmem_status_t rankmem_aligned_create(rankmem_resource_t *upstream, size_t ali
     if (!upstream || !mr_p)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "rankmem_aligned_create: NULL %s",
                         upstream ? "mr_p" : "upstream");
+    /* Above RANKMEM_MAX_ALIGNMENT every allocation would be refused: say so now. */
     if (!rk_is_pow2(alignment) || alignment < RANKMEM_DEFAULT_ALIGNMENT ||
-        alignment >= SIZE_MAX / 2)
+        alignment > RANKMEM_MAX_ALIGNMENT)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
-                        "rankmem_aligned_create: alignment %zu is not a power of two of at "
-                        "least %zu bytes",
-                        alignment, RANKMEM_DEFAULT_ALIGNMENT);
+                        "rankmem_aligned_create: alignment %zu is not a power of two from %zu "
+                        "to %zu (RANKMEM_MAX_ALIGNMENT, 1 GiB)",
+                        alignment, RANKMEM_DEFAULT_ALIGNMENT, RANKMEM_MAX_ALIGNMENT);
     rankmem_resource_t *mr;
     rankmem_status_t st = rk_resource_new(sizeof(aligned_t), &aligned_ops, upstream->props,
                                           upstream, &mr);

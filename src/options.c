@@ -293,6 +293,8 @@ static rankmem_status_t check_backtrace(const char *name, const char *value);
 static rankmem_status_t check_timing_sample(const char *name, const char *value);
 static rankmem_status_t check_max_blocks(const char *name, const char *value);
 static rankmem_status_t check_duration(const char *name, const char *value);
+static rankmem_status_t check_staging_sizes(const char *name, const char *value);
+static rankmem_status_t check_ipc_cache(const char *name, const char *value);
 
 /* Later issues add their options here; rankmem-info -c and docs/configuration.md
  * list them all. */
@@ -310,7 +312,7 @@ static const option_def_t defs[] = {
      "(%j job id, %p pid, %t time, %n ranks, %% a %)", NULL, NULL},
     {"RANKMEM_REPORT_FORMAT", RANKMEM_OPTION_LIST, "text",
      "formats of the MPI report, comma-separated: text, json, csv, timeline (the timeline CSV)",
-     NULL, NULL},
+     "text|json|csv|timeline", NULL},
     {"RANKMEM_ON_FAILURE", RANKMEM_OPTION_ENUM, "report",
      "MPI plugin: each rank writes its own record when it runs out of memory, calls MPI_Abort, "
      "exits before MPI_Finalize or is ended by a signal (report), or not (off)",
@@ -323,16 +325,18 @@ static const option_def_t defs[] = {
      "stage device buffers through pinned host memory for MPI (auto: when MPI is not CUDA-aware)",
      "auto|on|off", NULL},
     {"RANKMEM_STAGING_POOL", RANKMEM_OPTION_SIZE, "256MiB",
-     "pinned host memory kept for staging MPI messages, per rank", NULL, NULL},
+     "pinned host memory kept for staging MPI messages, per rank (64KiB to 64GiB, at least one "
+     "chunk, at most 65536 chunks)", NULL, check_staging_sizes},
     {"RANKMEM_STAGING_CHUNK", RANKMEM_OPTION_SIZE, "4MiB",
-     "size of one staging buffer; larger messages are sent in pieces", NULL, NULL},
+     "size of one staging buffer; larger messages are sent in pieces (64KiB to 1GiB)", NULL,
+     check_staging_sizes},
     {"RANKMEM_STAGING_IPC", RANKMEM_OPTION_ENUM, "auto",
      "device messages between ranks of one node: one device-to-device copy through CUDA IPC "
      "(auto: when every rank of the node can map every other's memory)",
      "auto|on|off", NULL},
     {"RANKMEM_STAGING_IPC_CACHE", RANKMEM_OPTION_INT, "64",
-     "CUDA IPC mappings of other ranks' allocations kept open per rank (least recently used "
-     "closed first)", NULL, NULL},
+     "CUDA IPC mappings of other ranks' allocations kept open per rank, 1 to 65536 (least "
+     "recently used closed first)", NULL, check_ipc_cache},
     {"RANKMEM_STAGING_RING", RANKMEM_OPTION_BOOL, "1",
      "nonblocking sends and receives of large device messages move through a few reused pinned "
      "buffers, advanced by MPI's progress engine (Open MPI); 0: such a message is staged whole",
@@ -544,8 +548,44 @@ static rankmem_status_t check_option(size_t i)
                             rk_quote(q, sizeof q, v, strlen(v)));
         break;
     }
+    case RANKMEM_OPTION_LIST: {
+        /* Every item one of the choices, as its reader takes them (mpi/report.c:
+         * commas, blanks around items, any case); an unknown item would only
+         * be warned about at MPI_Finalize, too late to fix the run. */
+        if (!d->choices)
+            break;
+        for (const char *p = v; *p;) {
+            while (*p == ',' || *p == ' ' || *p == '\t')
+                p++;
+            const char *w = p;
+            while (*p && *p != ',')
+                p++;
+            size_t len = (size_t)(p - w);
+            while (len && (w[len - 1] == ' ' || w[len - 1] == '\t'))
+                len--;
+            if (!len)
+                continue;
+            int known = 0;
+            for (const char *c = d->choices; *c && !known;) {
+                size_t n = strcspn(c, "|");
+                known = n == len && strncasecmp(c, w, len) == 0;
+                c += n + (c[n] == '|');
+            }
+            if (!known) {
+                char words[256], best[64], item[128], whole[256];
+                snprintf(item, sizeof item, "%.*s", (int)(len < 64 ? len : 64), w);
+                enum_words(d->choices, item, words, sizeof words, best, sizeof best);
+                return rk_error(RANKMEM_ERR_CONFIG,
+                                "%s: unknown item '%s' in '%s': expected a comma-separated list "
+                                "of %s%s%s%s",
+                                d->name, rk_quote(q, sizeof q, w, len),
+                                rk_quote(whole, sizeof whole, v, strlen(v)), words,
+                                best[0] ? " (did you mean '" : "", best, best[0] ? "'?)" : "");
+            }
+        }
+        break;
+    }
     case RANKMEM_OPTION_STRING:
-    case RANKMEM_OPTION_LIST:
         break;
     }
     return d->check ? d->check(d->name, v) : RANKMEM_SUCCESS;
@@ -592,6 +632,53 @@ static rankmem_status_t check_max_blocks(const char *name, const char *value)
     if (n == 0 || n > OBSERVE_MAX_BLOCKS_LIMIT)
         return rk_error(RANKMEM_ERR_CONFIG, "%s: %zu is out of range: expected 1 to %zu blocks",
                         name, n, OBSERVE_MAX_BLOCKS_LIMIT);
+    return RANKMEM_SUCCESS;
+}
+
+/* mpi/staging/base.c's bounds (rk_mpi_staging_init), so that a value staging
+ * would refuse at MPI_Init is refused here too: a chunk of 64 KiB to 1 GiB, a
+ * pool of 64 KiB to 64 GiB holding at least one chunk and at most 65536. */
+#define STAGING_MIN ((size_t)64 << 10)
+#define STAGING_CHUNK_MAX ((size_t)1 << 30)
+#define STAGING_POOL_MAX ((size_t)64 << 30)
+#define STAGING_MAX_CHUNKS 65536
+
+static rankmem_status_t check_staging_sizes(const char *name, const char *value)
+{
+    const char *why;
+    size_t n = 0, chunk = 0, pool = 0;
+    (void)rk_parse_size(value, strlen(value), 0, &n, &why); /* the type's check has run */
+    int is_chunk = strcmp(name, "RANKMEM_STAGING_CHUNK") == 0;
+    size_t hi = is_chunk ? STAGING_CHUNK_MAX : STAGING_POOL_MAX;
+    if (n < STAGING_MIN || n > hi)
+        return rk_error(RANKMEM_ERR_CONFIG, "%s: %zu bytes is out of range: expected %zu KiB to %zu "
+                        "MiB", name, n, STAGING_MIN >> 10, hi >> 20);
+    /* The pair: checked on the pool, against a chunk that is itself good. */
+    if (is_chunk)
+        return RANKMEM_SUCCESS;
+    const char *c = values[find_option("RANKMEM_STAGING_CHUNK", strlen("RANKMEM_STAGING_CHUNK"))];
+    if (rk_parse_size(c, strlen(c), 0, &chunk, &why) != RANKMEM_SUCCESS ||
+        chunk < STAGING_MIN || chunk > STAGING_CHUNK_MAX)
+        return RANKMEM_SUCCESS; /* the chunk's own check says what is wrong */
+    pool = n;
+    if (pool < chunk)
+        return rk_error(RANKMEM_ERR_CONFIG,
+                        "%s: %zu KiB is smaller than RANKMEM_STAGING_CHUNK (%zu KiB)", name,
+                        pool >> 10, chunk >> 10);
+    if (pool / chunk > STAGING_MAX_CHUNKS)
+        return rk_error(RANKMEM_ERR_CONFIG,
+                        "%s: %zu chunks of RANKMEM_STAGING_CHUNK (%zu KiB); at most %d", name,
+                        pool / chunk, chunk >> 10, STAGING_MAX_CHUNKS);
+    return RANKMEM_SUCCESS;
+}
+
+/* mpi/staging's bound on open CUDA IPC mappings. */
+static rankmem_status_t check_ipc_cache(const char *name, const char *value)
+{
+    long n = strtol(value, NULL, 10); /* the type's check has run: an integer */
+    if (n < 1 || n > STAGING_MAX_CHUNKS)
+        return rk_error(RANKMEM_ERR_CONFIG, "%s: %ld is out of range: expected 1 to %d mappings",
+                        name, n, STAGING_MAX_CHUNKS);
     return RANKMEM_SUCCESS;
 }
 

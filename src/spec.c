@@ -396,6 +396,10 @@ static rankmem_status_t check_fault(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_binning(parser_t *p, const spec_node_t *n);
 static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n);
+static rankmem_status_t check_limit(parser_t *p, const spec_node_t *n);
+static rankmem_status_t check_aligned(parser_t *p, const spec_node_t *n);
+static rankmem_status_t check_fixed(parser_t *p, const spec_node_t *n);
+static rankmem_status_t check_arena(parser_t *p, const spec_node_t *n);
 
 /* Every resource and adaptor the grammar knows. Later suballocators (arena,
  * binning, fixed, caching) are one entry each. */
@@ -427,16 +431,16 @@ static const spec_kind_t kinds[] = {
     {"tracking", WRAPPER, 0, NULL, {{"backtraces", V_BOOL, 0, "0", NULL}}, NULL, build_tracking},
     {"logging", WRAPPER, 0, NULL, {{"file", V_STRING, 0, "$RANKMEM_LOG_FILE", NULL}}, NULL,
      build_logging},
-    {"limit", WRAPPER, 0, NULL, {{"bytes", V_SIZE, 1, NULL, NULL}}, NULL, build_limit},
+    {"limit", WRAPPER, 0, NULL, {{"bytes", V_SIZE, 1, NULL, NULL}}, check_limit, build_limit},
     {"aligned", WRAPPER, 0, NULL,
-     {{"alignment", V_SIZE, 1, NULL, NULL}, {"threshold", V_SIZE, 0, "0", NULL}}, NULL,
+     {{"alignment", V_SIZE, 1, NULL, NULL}, {"threshold", V_SIZE, 0, "0", NULL}}, check_aligned,
      build_aligned},
     {"retry", WRAPPER, 0, NULL, {{0}}, NULL, build_retry},
     {"threadsafe", WRAPPER, 0, NULL, {{0}}, NULL, build_threadsafe},
     {"prefetch", WRAPPER, 0, NULL, {{0}}, NULL, build_prefetch},
     {"fixed", WRAPPER, 0, NULL,
      {{"block", V_SIZE, 1, NULL, NULL}, {"batch", V_SIZE, 0, "0 (enough for 2 MiB)", NULL}},
-     NULL, build_fixed},
+     check_fixed, build_fixed},
     {"binning", WRAPPER, 0, NULL,
      {{"min", V_SIZE, 0, "2^8", NULL}, {"max", V_SIZE, 0, "2^22", NULL}}, check_binning,
      build_binning},
@@ -450,7 +454,7 @@ static const spec_kind_t kinds[] = {
      {{"size", V_SIZE, 0, "half of the free device memory", NULL},
       {"superblock", V_SIZE, 0, "4MiB", NULL},
       {"dump", V_BOOL, 0, "0", NULL}},
-     NULL, build_arena},
+     check_arena, build_arena},
     /* issue 10 */
     {"sam_headroom", LEAF, 1, NULL, {{"headroom", V_SIZE, 1, NULL, NULL}}, NULL,
      build_sam_headroom},
@@ -797,6 +801,75 @@ static rankmem_status_t check_caching(parser_t *p, const spec_node_t *n)
     if (a > b)
         return fail(p, (lo->set ? lo : hi)->vpos, "caching.min (%zu) is above caching.max (%zu)",
                     a, b);
+    /* rankmem_caching_create: the largest bin, growth^max bytes, must be a size. */
+    size_t gr = g->set ? g->size : 8, bytes = 1;
+    for (size_t k = 0; k < b; k++) {
+        if (bytes > SIZE_MAX / gr)
+            return fail(p, (hi->set ? hi : g)->vpos,
+                        "caching: the largest bin, %zu^%zu bytes, is too large", gr, b);
+        bytes *= gr;
+    }
+    return RANKMEM_SUCCESS;
+}
+
+/* The checks below refuse, already when a spec is only checked (rankmem-info
+ * -c, RANKMEM_RESOURCE), what the constructors refuse or what would make a
+ * chain that builds but can never allocate. The bounds are the constructors'. */
+
+/* rankmem_limit_create: a limit of 0 refuses everything. */
+static rankmem_status_t check_limit(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *b = val(n, "bytes");
+    if (b->set && b->size == 0)
+        return fail(p, b->vpos, "limit.bytes of 0 would refuse every allocation");
+    return RANKMEM_SUCCESS;
+}
+
+/* rankmem_aligned_create: a power of two from 256 to RANKMEM_MAX_ALIGNMENT
+ * (above it every allocation is refused). */
+static rankmem_status_t check_aligned(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *a = val(n, "alignment");
+    if (a->set && (!rk_is_pow2(a->size) || a->size < RANKMEM_DEFAULT_ALIGNMENT ||
+                   a->size > RANKMEM_MAX_ALIGNMENT))
+        return fail(p, a->vpos,
+                    "aligned.alignment must be a power of two from 256 to 1GiB "
+                    "(RANKMEM_MAX_ALIGNMENT), not %zu",
+                    a->size);
+    return RANKMEM_SUCCESS;
+}
+
+/* rankmem_fixed_create: blocks (rounded up to 256 bytes) and batches of at most 1 TiB. */
+#define SPEC_FIXED_MAX_BATCH ((size_t)1 << 40)
+
+static rankmem_status_t check_fixed(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *b = val(n, "block"), *k = val(n, "batch");
+    if (!b->set)
+        return RANKMEM_SUCCESS;
+    if (b->size == 0 || b->size > SPEC_FIXED_MAX_BATCH)
+        return fail(p, b->vpos, "fixed.block must be 1 byte to 1TiB, not %zu", b->size);
+    size_t bs = rk_align_up(b->size, RANKMEM_DEFAULT_ALIGNMENT);
+    if (k->set && k->size > SPEC_FIXED_MAX_BATCH / bs)
+        return fail(p, k->vpos, "fixed.batch of %zu blocks of %zu bytes is more than 1TiB",
+                    k->size, bs);
+    return RANKMEM_SUCCESS;
+}
+
+/* rankmem_arena_create: superblocks are powers of two of 64 KiB to 1 GiB, and
+ * the arena holds one at least. */
+static rankmem_status_t check_arena(parser_t *p, const spec_node_t *n)
+{
+    const spec_val_t *sb = val(n, "superblock"), *sz = val(n, "size");
+    size_t b = sb->set ? sb->size : (size_t)4 << 20;
+    if (sb->set && (!rk_is_pow2(b) || b < ((size_t)64 << 10) || b > ((size_t)1 << 30)))
+        return fail(p, sb->vpos,
+                    "arena.superblock must be a power of two from 64KiB to 1GiB, not %zu", b);
+    if (p->check_only && sz->set && memchr(sz->text, '%', sz->len))
+        return RANKMEM_SUCCESS; /* its bytes are known only when it is built */
+    if (sz->set && sz->size && (sz->size & ~(RANKMEM_DEFAULT_ALIGNMENT - 1)) < b)
+        return fail(p, sz->vpos, "arena.size of %zu bytes is less than one superblock (%zu bytes)",
+                    sz->size, b);
     return RANKMEM_SUCCESS;
 }
 
@@ -811,6 +884,13 @@ static rankmem_status_t check_pool(parser_t *p, const spec_node_t *n)
         return fail(p, m->vpos, "pool.max of %zu bytes is less than the pool's unit (%zu "
                     "bytes): it could never allocate",
                     m->size, (size_t)RANKMEM_DEFAULT_ALIGNMENT);
+    /* rankmem_pool_create refuses these. */
+    const spec_val_t *i = val(n, "initial");
+    if (p->check_only && i->set && memchr(i->text, '%', i->len))
+        return RANKMEM_SUCCESS;
+    if (i->set && m->set && i->size > m->size)
+        return fail(p, i->vpos, "pool.initial (%zu bytes) is above pool.max (%zu bytes)", i->size,
+                    m->size);
     return RANKMEM_SUCCESS;
 }
 
@@ -833,8 +913,8 @@ static rankmem_status_t check_fault(parser_t *p, const spec_node_t *n)
 static rankmem_status_t check_vmm(parser_t *p, const spec_node_t *n)
 {
     const spec_val_t *g = val(n, "granule"), *m = val(n, "max"), *h = val(n, "handle");
-    if (g->set && (!rk_is_pow2(g->size) || g->size < 4096))
-        return fail(p, g->vpos, "vmm.granule must be a power of two of at least 4KiB, not %zu",
+    if (g->set && (!rk_is_pow2(g->size) || g->size < 4096 || g->size > RANKMEM_MAX_ALIGNMENT))
+        return fail(p, g->vpos, "vmm.granule must be a power of two from 4KiB to 1GiB, not %zu",
                     g->size);
     if (h->set && (!rk_is_pow2(h->size) || h->size < 4096 || (g->set && h->size < g->size)))
         return fail(p, h->vpos,
@@ -844,6 +924,18 @@ static rankmem_status_t check_vmm(parser_t *p, const spec_node_t *n)
         return RANKMEM_SUCCESS; /* its bytes are known only when it is built */
     if (m->set && m->size == 0)
         return fail(p, m->vpos, "vmm.max of 0 bytes: it could never allocate");
+    /* Below one granule nothing can be mapped (the device's granule is known
+     * only when it is built: 4 KiB, the least, here). */
+    const spec_val_t *b = val(n, "backend");
+    size_t least = g->set ? g->size : b->set && b->num == 1 ? (size_t)2 << 20 : 4096;
+    if (m->set && m->size < least)
+        return fail(p, m->vpos, "vmm.max of %zu bytes is less than one granule (%zu bytes): it "
+                    "could never allocate", m->size, least);
+    const spec_val_t *r = val(n, "reserve"); /* rankmem_vmm_create refuses this */
+    if (m->set && r->set && !(p->check_only && memchr(r->text, '%', r->len)) && r->size &&
+        m->size > r->size)
+        return fail(p, m->vpos, "vmm.max (%zu bytes) is above vmm.reserve (%zu bytes)", m->size,
+                    r->size);
     return RANKMEM_SUCCESS;
 }
 

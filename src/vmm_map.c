@@ -442,9 +442,19 @@ rankmem_status_t rk_vmm_map_create(rk_vmm_backend_t backend, int device, size_t 
     } else if (!granule) {
         granule = HOST_DEFAULT_GRANULE;
     }
-    if (!rk_is_pow2(granule) || granule < 4096)
+    /* Blocks are granule-aligned: more than any call may ask would wrap the
+     * reserve's rounding below (2^63 did). */
+    if (!rk_is_pow2(granule) || granule < 4096 || granule > RANKMEM_MAX_ALIGNMENT)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
-                        "vmm: granule %zu is not a power of two of at least 4 KiB", granule);
+                        "vmm: granule %zu is not a power of two from 4 KiB to 1 GiB "
+                        "(RANKMEM_MAX_ALIGNMENT)",
+                        granule);
+    /* A maximum below one granule builds a pool that can map nothing. */
+    if (maximum < granule)
+        return rk_error(RANKMEM_ERR_INVALID_ARGUMENT,
+                        "vmm: maximum of %zu bytes is less than one granule (%zu bytes): it could "
+                        "never allocate",
+                        maximum, granule);
     if (reserve > SIZE_MAX / 2)
         return rk_error(RANKMEM_ERR_INVALID_ARGUMENT, "vmm: reserve of %zu bytes is too large",
                         reserve);

@@ -224,7 +224,9 @@ static void test_bad_inputs(void)
                "aligned_create(NULL upstream)");
     is_status(rankmem_aligned_create(sys, 4096, 0, NULL), RANKMEM_ERR_INVALID_ARGUMENT,
               "aligned_create(NULL mr_p)");
-    static const size_t bad_aligns[] = {0, 1, 128, 3000, 4097, (size_t)1 << 63};
+    /* Above RANKMEM_MAX_ALIGNMENT (1 GiB) every allocation would fail (issue 31, defect 5). */
+    static const size_t bad_aligns[] = {0, 1, 128, 3000, 4097, (size_t)2 << 30, (size_t)1 << 40,
+                                        (size_t)1 << 63};
     for (size_t i = 0; i < sizeof bad_aligns / sizeof bad_aligns[0]; i++) {
         char what[64];
         snprintf(what, sizeof what, "aligned_create(alignment %zu)", bad_aligns[i]);

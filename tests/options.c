@@ -172,6 +172,24 @@ static int child(void)
     return 0;
 }
 
+/* A child with env set prints line for its option (a prefix when it ends in "..."). */
+static void child_says(const char *self, const char *label, const char *env1, const char *line)
+{
+    const char *env[] = {env1, NULL};
+    char *out = run_child(self, env);
+    char want[512];
+    snprintf(want, sizeof want, "%s", line);
+    size_t wl = strlen(want);
+    int prefix = wl > 3 && strcmp(want + wl - 3, "...") == 0;
+    if (prefix)
+        want[wl - 3] = '\0';
+    else
+        strcat(want, "\n");
+    if (!ok(strstr(out, want) != NULL, "%s%s -> %s", label, env1, line))
+        diag("  child said:\n%s", out);
+    free(out);
+}
+
 static void test_children(const char *self)
 {
     static const char *const quiet_env[] = {"RANKMEM_WARN_UNKNOWN=off", "RANKMEM_TYPO=1", NULL};
@@ -217,21 +235,47 @@ static void test_children(const char *self)
                                         "6: unknown resource 'sytem' (did you mean 'system'?)"},
         {"RANKMEM_RESOURCE=", "RANKMEM_RESOURCE=: " CFG "RANKMEM_RESOURCE: at 1: empty spec..."},
     };
-    for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++) {
-        const char *env[] = {enums[i].env, NULL};
-        out = run_child(self, env);
-        char want[512];
-        snprintf(want, sizeof want, "%s", enums[i].line);
-        size_t wl = strlen(want);
-        int prefix = wl > 3 && strcmp(want + wl - 3, "...") == 0;
-        if (prefix)
-            want[wl - 3] = '\0';
-        else
-            strcat(want, "\n");
-        if (!ok(strstr(out, want) != NULL, "%s -> %s", enums[i].env, enums[i].line))
-            diag("  child said:\n%s", out);
-        free(out);
-    }
+    for (size_t i = 0; i < sizeof enums / sizeof enums[0]; i++)
+        child_says(self, "", enums[i].env, enums[i].line);
+
+    /* Issue 31, defect 5: values the option check passed that were refused
+     * (or ignored) only when used. */
+    static const struct {
+        const char *env, *line;
+    } defect5[] = {
+        {"RANKMEM_REPORT_FORMAT=xml", "RANKMEM_REPORT_FORMAT=xml: " CFG "RANKMEM_REPORT_FORMAT: "
+                                      "unknown item 'xml' in 'xml': expected a comma-separated "
+                                      "list of text, json, csv or timeline"},
+        {"RANKMEM_REPORT_FORMAT=json,jsn", "RANKMEM_REPORT_FORMAT=json,jsn: " CFG
+                                           "RANKMEM_REPORT_FORMAT: unknown item 'jsn' in "
+                                           "'json,jsn': expected a comma-separated list of text, "
+                                           "json, csv or timeline (did you mean 'json'?)"},
+        {"RANKMEM_REPORT_FORMAT= JSON , csv,timeline", "RANKMEM_REPORT_FORMAT= JSON , "
+                                                       "csv,timeline: ok"},
+        {"RANKMEM_REPORT_FORMAT=", "RANKMEM_REPORT_FORMAT=: ok"},
+        {"RANKMEM_RESOURCE=aligned(alignment=1TiB)>system",
+         "RANKMEM_RESOURCE=aligned(alignment=1TiB)>system: " CFG "RANKMEM_RESOURCE: at 19: "
+         "aligned.alignment must be a power of two from 256 to 1GiB (RANKMEM_MAX_ALIGNMENT), not "
+         "1099511627776"},
+        {"RANKMEM_RESOURCE=aligned(alignment=1GiB)>system",
+         "RANKMEM_RESOURCE=aligned(alignment=1GiB)>system: ok"},
+        {"RANKMEM_RESOURCE=limit(bytes=0)>system", "RANKMEM_RESOURCE=limit(bytes=0)>system: " CFG
+                                                   "RANKMEM_RESOURCE: at 13: limit.bytes of 0 "
+                                                   "would refuse every allocation"},
+        {"RANKMEM_STAGING_CHUNK=1KiB", "RANKMEM_STAGING_CHUNK=1KiB: " CFG "RANKMEM_STAGING_CHUNK: "
+                                       "1024 bytes is out of range: expected 64 KiB to 1024 MiB"},
+        {"RANKMEM_STAGING_POOL=128GiB", "RANKMEM_STAGING_POOL=128GiB: " CFG "RANKMEM_STAGING_POOL: "
+                                        "137438953472 bytes is out of range: expected 64 KiB to "
+                                        "65536 MiB"},
+        {"RANKMEM_STAGING_POOL=1MiB", "RANKMEM_STAGING_POOL=1MiB: " CFG "RANKMEM_STAGING_POOL: 1024 "
+                                      "KiB is smaller than RANKMEM_STAGING_CHUNK (4096 KiB)"},
+        {"RANKMEM_STAGING_IPC_CACHE=0", "RANKMEM_STAGING_IPC_CACHE=0: " CFG
+                                        "RANKMEM_STAGING_IPC_CACHE: 0 is out of range: expected 1 "
+                                        "to 65536 mappings"},
+        {"RANKMEM_STAGING_IPC_CACHE=64", "RANKMEM_STAGING_IPC_CACHE=64: ok"},
+    };
+    for (size_t i = 0; i < sizeof defect5 / sizeof defect5[0]; i++)
+        child_says(self, "defect 5: ", defect5[i].env, defect5[i].line);
 }
 
 /* The hidden typed getters and rk_resource_from_spec_named. */
@@ -294,10 +338,11 @@ static void test_internal(void)
                  RANKMEM_ERR_CONFIG,
                  CFG "RANKMEM_RESOURCE: at 12: unknown option 'intial' for pool (did you mean 'initial'?)",
                  "from_spec_named: origin, position and suggestion");
-    expect_error(rk_resource_from_spec_named("RANKMEM_RESOURCE", "limit(bytes=0)>system", &mr),
+    expect_error(rk_resource_from_spec_named("RANKMEM_RESOURCE", "stats>pool(initial=2^63)>system",
+                                             &mr),
                  RANKMEM_ERR_CONFIG,
-                 CFG "RANKMEM_RESOURCE: at 1: cannot build limit: rankmem_limit_create: a limit of "
-                     "0 bytes would refuse everything",
+                 CFG "RANKMEM_RESOURCE: at 7: cannot build pool: rankmem_pool_create: sizes too "
+                     "large",
                  "from_spec_named: a constructor's refusal, with origin and position");
     ok(mr == (rankmem_resource_t *)0x1, "  output untouched");
     is_status(rk_resource_from_spec_named("here", "stats>system", &mr), RANKMEM_SUCCESS,
@@ -380,7 +425,9 @@ int main(int argc, char **argv)
         int good = st == RANKMEM_SUCCESS && o.name && strncmp(o.name, "RANKMEM_", 8) == 0 &&
                    o.help && o.help[0] && o.default_value && o.value &&
                    (unsigned)o.type <= RANKMEM_OPTION_INT &&
-                   (o.type == RANKMEM_OPTION_ENUM) == (o.choices != NULL);
+                   /* enums have choices; lists may (what each item must be) */
+                   (o.type == RANKMEM_OPTION_ENUM ? o.choices != NULL
+                                                  : o.type == RANKMEM_OPTION_LIST || !o.choices);
         /* The default itself must pass its own type's parser. */
         size_t dsz;
         int db;

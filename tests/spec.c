@@ -164,12 +164,38 @@ static const struct {
      "at 10: pool.max of 255 bytes is less than the pool's unit (256 bytes): it could never "
      "allocate"},
     {"pool(initial=2MiB,max=1MiB)>system", RANKMEM_ERR_CONFIG,
-     "at 1: cannot build pool: rankmem_pool_create: initial size 2097152 exceeds maximum size "
-     "1048576"},
+     "at 14: pool.initial (2097152 bytes) is above pool.max (1048576 bytes)"},
     {"stats>limit(bytes=0)>pool(initial=1MiB)>system", RANKMEM_ERR_CONFIG,
-     "at 7: cannot build limit: rankmem_limit_create: ..."},
+     "at 19: limit.bytes of 0 would refuse every allocation"},
     {"aligned(alignment=100)>pool>system", RANKMEM_ERR_CONFIG,
-     "at 1: cannot build aligned: rankmem_aligned_create: ..."},
+     "at 19: aligned.alignment must be a power of two from 256 to 1GiB (RANKMEM_MAX_ALIGNMENT), "
+     "not 100"},
+    /* A constructor's own refusal, where it was built. */
+    {"stats>pool(initial=2^63)>system", RANKMEM_ERR_CONFIG,
+     "at 7: cannot build pool: rankmem_pool_create: sizes too large"},
+    /* Issue 31, defect 5: accepted, then unusable (every allocation refused). */
+    {"aligned(alignment=1TiB)>system", RANKMEM_ERR_CONFIG,
+     "at 19: aligned.alignment must be a power of two from 256 to 1GiB (RANKMEM_MAX_ALIGNMENT), "
+     "not 1099511627776"},
+    {"aligned(alignment=2GiB)>pool>system", RANKMEM_ERR_CONFIG,
+     "at 19: aligned.alignment must be a power of two ..."},
+    {"vmm(backend=host,max=1MiB)", RANKMEM_ERR_CONFIG,
+     "at 22: vmm.max of 1048576 bytes is less than one granule (2097152 bytes): it could never "
+     "allocate"},
+    {"vmm(backend=host,granule=2^40)", RANKMEM_ERR_CONFIG,
+     "at 26: vmm.granule must be a power of two from 4KiB to 1GiB, not 1099511627776"},
+    /* ... and refused only when built, before: now when checked too. */
+    {"vmm(backend=host,reserve=4MiB,max=8MiB)", RANKMEM_ERR_CONFIG,
+     "at 35: vmm.max (8388608 bytes) is above vmm.reserve (4194304 bytes)"},
+    {"fixed(block=0)>system", RANKMEM_ERR_CONFIG, "at 13: fixed.block must be 1 byte to 1TiB, not 0"},
+    {"fixed(block=1MiB,batch=2^30)>system", RANKMEM_ERR_CONFIG,
+     "at 24: fixed.batch of 1073741824 blocks of 1048576 bytes is more than 1TiB"},
+    {"caching(growth=1024,max=64)>system", RANKMEM_ERR_CONFIG,
+     "at 25: caching: the largest bin, 1024^64 bytes, is too large"},
+    {"arena(superblock=3000)>system", RANKMEM_ERR_CONFIG,
+     "at 18: arena.superblock must be a power of two from 64KiB to 1GiB, not 3000"},
+    {"arena(size=1MiB)>system", RANKMEM_ERR_CONFIG,
+     "at 12: arena.size of 1048576 bytes is less than one superblock (4194304 bytes)"},
     {"prefetch>pool>system", RANKMEM_ERR_NOT_SUPPORTED,
      "at 1: cannot build prefetch: rankmem_prefetch_create: ..."},
 };
@@ -550,7 +576,8 @@ static void test_from_spec_upstream(void)
                       "ends the chain"},
         {"pool(maxx=1GiB)", "at 6: unknown option 'maxx' for pool (did you mean 'max'?)..."},
         {"pool(max=100)", "at 10: pool.max of 100 bytes is less than the pool's unit..."},
-        {"stats>fixed(block=0)", "at 7: cannot build fixed: ..."},
+        {"stats>fixed(block=0)", "at 19: fixed.block must be 1 byte to 1TiB, not 0"},
+        {"stats>pool(initial=2^63)", "at 7: cannot build pool: ..."},
     };
     for (size_t i = 0; i < sizeof bad_over / sizeof bad_over[0]; i++) {
         rankmem_status_t st = rankmem_resource_from_spec_upstream(bad_over[i].spec, up, &mr);

@@ -399,8 +399,11 @@ static int print_options_text(void)
             continue;
         printf("%-*s = %s%s\n", (int)width, o.name, o.value,
                o.from_environment ? "  (from the environment)" : "");
+        /* A list's choices are what each of its items may be. */
         printf("%-*s   %s; %s, default: \"%s\"%s%s\n", (int)width, "", o.help, type_name(o.type),
-               o.default_value, o.choices ? ", one of " : "", o.choices ? o.choices : "");
+               o.default_value,
+               !o.choices ? "" : o.type == RANKMEM_OPTION_LIST ? ", each one of " : ", one of ",
+               o.choices ? o.choices : "");
         if (rankmem_option_check(i) != RANKMEM_SUCCESS) {
             printf("%-*s   ERROR: %s\n", (int)width, "", rankmem_last_error());
             bad = 1;

@@ -80,6 +80,8 @@ RANKMEM_API rankmem_status_t rankmem_limit_allocate_replacing(rankmem_resource_t
                                                               size_t replaced_bytes, void **ptr_p);
 
 /* ---- aligned: a larger alignment for allocations of threshold bytes or more ---- */
+/* alignment: a power of two from RANKMEM_DEFAULT_ALIGNMENT to
+ * RANKMEM_MAX_ALIGNMENT (1 GiB), else RANKMEM_ERR_INVALID_ARGUMENT. */
 
 RANKMEM_API rankmem_status_t rankmem_aligned_create(rankmem_resource_t *upstream, size_t alignment,
                                                     size_t threshold, rankmem_resource_t **mr_p);

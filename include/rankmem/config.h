@@ -60,14 +60,17 @@ typedef struct rankmem_option_info {
     const char *value;   /* current value (the environment's, or the default) */
     int from_environment;
     const char *help;    /* one line */
-    const char *choices; /* for enums: "auto|none|nearest|list:..."; else NULL */
+    const char *choices; /* enums: "auto|none|nearest|list:..."; lists: what each item may be
+                            ("text|json|csv|timeline", any case); else NULL */
 } rankmem_option_info_t;
 
 RANKMEM_API rankmem_status_t rankmem_option_count(size_t *count_p);
 RANKMEM_API rankmem_status_t rankmem_option_info(size_t index, rankmem_option_info_t *info_p);
-/* Check option index's current value against its type (and, for
- * RANKMEM_RESOURCE, the spec syntax): RANKMEM_SUCCESS, or RANKMEM_ERR_CONFIG
- * naming the variable in rankmem_last_error(). Bad index: INVALID_ARGUMENT. */
+/* Check option index's current value against its type, its choices and
+ * range (and, for RANKMEM_RESOURCE, the spec syntax and each resource's
+ * parameters, without building anything): RANKMEM_SUCCESS, or
+ * RANKMEM_ERR_CONFIG naming the variable in rankmem_last_error(). Bad index:
+ * INVALID_ARGUMENT. */
 RANKMEM_API rankmem_status_t rankmem_option_check(size_t index);
 /* Current string value of an option, by its full name. Unknown name: INVALID_ARGUMENT. */
 RANKMEM_API rankmem_status_t rankmem_option_get(const char *name, const char **value_p);

@@ -144,4 +144,17 @@ EOF
 else
     skip "no python3 to read --json"
 fi
+
+# Issue 31, defect 5: values the option check used to pass, refused by -c
+# with the allowed values named, and a nonzero exit.
+RANKMEM_REPORT_FORMAT=xml "$info" -c >"$tmp/c" 2>&1
+check "defect 5: RANKMEM_REPORT_FORMAT=xml: rankmem-info -c exits 1" test $? -eq 1
+check "defect 5: and names the allowed formats" \
+    grep -qF "RANKMEM_REPORT_FORMAT: unknown item 'xml' in 'xml': expected a comma-separated list of text, json, csv or timeline" "$tmp/c"
+RANKMEM_RESOURCE='aligned(alignment=1TiB)>system' "$info" -c >"$tmp/c" 2>&1
+check "defect 5: aligned(alignment=1TiB)>system: rankmem-info -c exits 1" test $? -eq 1
+check "defect 5: and says the largest alignment" \
+    grep -qF "aligned.alignment must be a power of two from 256 to 1GiB" "$tmp/c"
+RANKMEM_REPORT_FORMAT='json, CSV' "$info" -c >"$tmp/c" 2>&1
+check "defect 5: RANKMEM_REPORT_FORMAT='json, CSV' is fine (exit 0)" test $? -eq 0
 echo "1..$n"
