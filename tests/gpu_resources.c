@@ -449,6 +449,37 @@ static void test_registry_and_devices(rankmem_resource_t *cuda, int ndev)
     ok(1, "back on device %d", dev);
 }
 
+/* Issue 31, defect 7: the direct resources keep no records; a bad free is
+ * the CUDA runtime's to judge (docs/user-guide.md, "Bad frees"). What it
+ * says must come back as a status, never an abort, and leave no error
+ * behind for the next CUDA call. */
+static void test_defect7_runtime_frees(void)
+{
+    static const char *const specs[] = {"cuda", "managed", "pinned"};
+    char host[4096] __attribute__((aligned(256)));
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        rankmem_resource_t *mr = NULL;
+        if (rankmem_resource_from_spec(specs[i], &mr) != RANKMEM_SUCCESS) {
+            tap_skip(3, "resource not available here");
+            continue;
+        }
+        void *p = NULL;
+        rankmem_status_t st = rankmem_allocate(mr, 1 * MiB, 0, &p);
+        if (st == RANKMEM_SUCCESS)
+            st = rankmem_deallocate(mr, p, 1 * MiB, 0);
+        is_status(st, RANKMEM_SUCCESS, "defect 7: %s: allocate and free", specs[i]);
+        st = rankmem_deallocate(mr, p, 1 * MiB, 0);
+        ok(st != RANKMEM_SUCCESS && cudaGetLastError() == cudaSuccess,
+           "defect 7: %s: a double free is the runtime's error, reported (%s: %s)", specs[i],
+           rankmem_status_string(st), st ? rankmem_last_error() : "");
+        st = rankmem_deallocate(mr, host, sizeof host, 0);
+        ok(st != RANKMEM_SUCCESS && cudaGetLastError() == cudaSuccess,
+           "defect 7: %s: a foreign (stack) pointer likewise (%s: %s)", specs[i],
+           rankmem_status_string(st), st ? rankmem_last_error() : "");
+        rankmem_resource_release(mr);
+    }
+}
+
 int main(void)
 {
     int ndev = 0;
@@ -485,6 +516,7 @@ int main(void)
     test_async_new_pool(a0, cuda);
     test_async_view();
     test_registry_and_devices(cuda, ndev);
+    test_defect7_runtime_frees();
 
     if (a0)
         is_status(rankmem_resource_release(a0), RANKMEM_SUCCESS, "async(default): release");

@@ -396,6 +396,100 @@ static void test_defect3_huge_alignment(void)
     }
 }
 
+/* Issue 31, defect 7: what each resource detects on a bad free, as
+ * docs/user-guide.md ("Bad frees") says. Each case a chain claims to detect
+ * must be INVALID_POINTER and change nothing (the right frees afterwards
+ * succeed, the upstream gets everything back); a case it does not claim is
+ * not tried (system would abort in glibc). */
+enum { D_FOREIGN = 1, D_INTERIOR = 2, D_LARGER = 4, D_SMALLER = 8, D_ZERO = 16, D_DOUBLE = 32 };
+#define D_ALL (D_FOREIGN | D_INTERIOR | D_LARGER | D_SMALLER | D_ZERO | D_DOUBLE)
+
+static void test_defect7_bad_frees(void)
+{
+    static const struct {
+        const char *spec; /* over the callback upstream, or a whole chain when over is 0 */
+        int over;
+        int detects;
+    } chains[] = {
+        {"pool", 1, D_ALL},
+        {"arena(size=64MiB)", 1, D_ALL},
+        {"caching", 1, D_ALL},
+        {"tracking", 1, D_ALL},
+        {"tracking>system", 0, D_ALL},
+        {"stats>pool", 1, D_ALL},
+        {"stats>tracking>system", 0, D_ALL},
+        {"limit(bytes=1GiB)>pool", 1, D_ALL},
+        {"aligned(alignment=4096)>pool", 1, D_ALL},
+        {"threadsafe>retry>pool", 1, D_ALL},
+        {"vmm(backend=host,reserve=1GiB)", 0, D_ALL},
+        {"stats>vmm(backend=host,reserve=1GiB)", 0, D_ALL},
+        /* Blocks handed out whole: a smaller size is not seen. */
+        {"fixed(block=4096)", 1, D_ALL & ~D_SMALLER},
+        {"binning", 1, D_ALL & ~D_SMALLER},
+        {"stats>binning", 1, D_ALL & ~D_SMALLER},
+    };
+    static const char *const names[] = {"a foreign pointer", "an interior pointer",
+                                        "a larger size", "a smaller size", "size 0",
+                                        "a double free"};
+    void *heap = NULL;
+    if (posix_memalign(&heap, 4096, 8192))
+        BAIL_OUT("posix_memalign");
+    for (size_t c = 0; c < sizeof chains / sizeof chains[0]; c++) {
+        flaky_t f = {0};
+        rankmem_resource_t *up = chains[c].over ? flaky_new(&f) : NULL, *mr = NULL;
+        rankmem_status_t st = chains[c].over
+                                  ? rankmem_resource_from_spec_upstream(chains[c].spec, up, &mr)
+                                  : rankmem_resource_from_spec(chains[c].spec, &mr);
+        if (st != RANKMEM_SUCCESS) {
+            ok(0, "defect 7: %s: built (%s)", chains[c].spec, rankmem_last_error());
+            if (up)
+                rankmem_resource_release(up);
+            continue;
+        }
+        void *p = NULL, *q = NULL;
+        rankmem_allocate(mr, 3000, 0, &p);
+        rankmem_allocate(mr, 3000, 0, &q);
+        size_t live0 = 0;
+        int counts = rankmem_resource_query(mr, RANKMEM_QUERY_LIVE_COUNT, &live0) == RANKMEM_SUCCESS;
+        for (int k = 0; k < 6; k++) {
+            int d = 1 << k;
+            if (!(chains[c].detects & d))
+                continue;
+            void *ptr = p;
+            size_t bytes = 3000;
+            if (d == D_FOREIGN)
+                ptr = heap;
+            else if (d == D_INTERIOR)
+                ptr = (char *)p + 256;
+            else if (d == D_LARGER)
+                bytes = 5000;
+            else if (d == D_SMALLER)
+                bytes = 1000;
+            else if (d == D_ZERO)
+                bytes = 0;
+            else if (rankmem_deallocate(mr, q, 3000, 0) == RANKMEM_SUCCESS) /* D_DOUBLE */
+                ptr = q, live0--;
+            is_status(rankmem_deallocate(mr, ptr, bytes, 0), RANKMEM_ERR_INVALID_POINTER,
+                      "defect 7: %s detects %s", chains[c].spec, names[k]);
+        }
+        size_t live = 0;
+        ok(!counts || (rankmem_resource_query(mr, RANKMEM_QUERY_LIVE_COUNT, &live) ==
+                           RANKMEM_SUCCESS &&
+                       live == live0),
+           "defect 7: %s: the refused frees changed nothing (%zu live, %zu before)",
+           chains[c].spec, live, live0);
+        is_status(rankmem_deallocate(mr, p, 3000, 0), RANKMEM_SUCCESS,
+                  "defect 7: %s: the right free afterwards", chains[c].spec);
+        is_status(rankmem_resource_release(mr), RANKMEM_SUCCESS, "defect 7: %s: released clean",
+                  chains[c].spec);
+        if (up) {
+            ok(f.live_blocks == 0, "defect 7: %s: the upstream has all back", chains[c].spec);
+            rankmem_resource_release(up);
+        }
+    }
+    free(heap);
+}
+
 int main(void)
 {
     rankmem_resource_t *sys = NULL;
@@ -408,6 +502,7 @@ int main(void)
     test_registry();
     test_listeners();
     test_defect3_huge_alignment();
+    test_defect7_bad_frees();
 
     /* Forgetting a stream walks the chain; resources without per-stream state ignore it. */
     rankmem_resource_t *chain = NULL;
