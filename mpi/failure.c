@@ -59,6 +59,7 @@ static uint64_t interval_ns;      /* RANKMEM_REPORT_INTERVAL; 0 off */
 static int started;
 static char path[PATH_MAX];       /* the rank's file */
 static char tmp_sig[PATH_MAX], tmp_norm[PATH_MAX], tmp_int[PATH_MAX];
+static char dir_of_path[PATH_MAX]; /* "." or the record's folder */
 static char job_id[128];
 static const char *job_src;       /* the variable it came from, NULL: none */
 static uint64_t t0_ns;            /* MPI_Init, the records' time 0 */
@@ -245,6 +246,9 @@ static int make_path(int world_size)
     const char *slash = strrchr(path, '/');
     int dl = slash ? (int)(slash - path + 1) : 0;
     const char *basename = path + dl;
+    if ((size_t)snprintf(dir_of_path, sizeof dir_of_path, "%.*s", dl ? dl : 1,
+                         dl ? path : ".") >= sizeof dir_of_path)
+        return -1;
     if ((size_t)snprintf(tmp_sig, sizeof tmp_sig, "%.*s.%s.tmp-s", dl, path, basename) >=
             sizeof tmp_sig ||
         (size_t)snprintf(tmp_norm, sizeof tmp_norm, "%.*s.%s.tmp-n", dl, path, basename) >=
@@ -336,25 +340,65 @@ static void build_doc(rm_buf_t *b, const rm_record_t *r, const char *phase, cons
     rm_puts(b, "\n  ]\n}\n");
 }
 
-/* tmp, then renamed to the rank's file. Async-signal-safe. */
-static int write_file(const char *tmp, const char *data, size_t len)
+/* Writes data under the name tmp, which rename() then moves over the
+ * rank's file. The bytes go first into an unnamed file (O_TMPFILE) that is
+ * given the name only once complete: a rank killed meanwhile (SIGKILL, the
+ * batch system) leaves no partial temporary behind, only at worst one whole
+ * one in the two system calls before the rename. Where the file system has
+ * no O_TMPFILE, a named one is written. Async-signal-safe. */
+static int write_all(int fd, const char *data, size_t len)
 {
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
-    if (fd < 0)
-        return -1;
     size_t off = 0;
     while (off < len) {
         ssize_t w = write(fd, data + off, len - off);
         if (w < 0 && errno == EINTR)
             continue;
-        if (w <= 0) {
-            close(fd);
-            unlink(tmp);
+        if (w <= 0)
             return -1;
-        }
         off += (size_t)w;
     }
-    if (close(fd) != 0) {
+    return 0;
+}
+
+static int write_file(const char *tmp, const char *data, size_t len)
+{
+#ifdef O_TMPFILE
+    int fd = open(dir_of_path, O_TMPFILE | O_WRONLY | O_CLOEXEC, 0666);
+    if (fd >= 0) {
+        /* "/proc/self/fd/N" by hand: no snprintf in a signal handler. */
+        char proc[40] = "/proc/self/fd/";
+        char digits[16];
+        int nd = 0;
+        for (unsigned v = (unsigned)fd; nd == 0 || v; v /= 10)
+            digits[nd++] = (char)('0' + v % 10);
+        size_t o = strlen(proc);
+        while (nd)
+            proc[o++] = digits[--nd];
+        proc[o] = '\0';
+        int rc = write_all(fd, data, len);
+        if (rc == 0) {
+            unlink(tmp); /* a whole one left by an earlier kill */
+            rc = linkat(AT_FDCWD, proc, AT_FDCWD, tmp, AT_SYMLINK_FOLLOW);
+        }
+        if (close(fd) != 0 && rc == 0) {
+            unlink(tmp);
+            rc = -1;
+        }
+        if (rc == 0)
+            return 0;
+        /* no /proc, linkat refused, or a full disk: the named way below
+         * (which then fails as well, and says so) */
+    }
+#endif
+    int nfd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (nfd < 0)
+        return -1;
+    if (write_all(nfd, data, len) != 0) {
+        close(nfd);
+        unlink(tmp);
+        return -1;
+    }
+    if (close(nfd) != 0) {
         unlink(tmp);
         return -1;
     }

@@ -10,7 +10,8 @@
  *                  then carries on to MPI_Finalize
  *   oom-abort      the same, then MPI_Abort(MPI_COMM_WORLD, 3)
  *   signal N       raise(N)
- *   segv           a real fault (a write through a null pointer)
+ *   segv           a real fault (a write into a page mapped without access:
+ *                  a null pointer would be caught first by UBSan)
  *   abort N        MPI_Abort(MPI_COMM_WORLD, N)
  *   exit N         exit(N) without MPI_Finalize
  *   kill           sleeps ARG ms, then SIGKILL
@@ -27,6 +28,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -108,8 +110,10 @@ int main(int argc, char **argv)
         } else if (strcmp(mode, "signal") == 0) {
             raise(arg);
         } else if (strcmp(mode, "segv") == 0) {
-            volatile int *nowhere = (volatile int *)(uintptr_t)(argc - argc);
-            *nowhere = 1;
+            void *page = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+            if (page == MAP_FAILED)
+                MPI_Abort(MPI_COMM_WORLD, 99);
+            *(volatile int *)page = 1;
         } else if (strcmp(mode, "abort") == 0) {
             MPI_Abort(MPI_COMM_WORLD, arg);
         } else if (strcmp(mode, "exit") == 0) {

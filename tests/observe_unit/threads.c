@@ -279,13 +279,16 @@ int main(void)
 
     /* The peak: the true one lies between the level at the barrier and
      * what every thread held at its most at once; the reported one within
-     * n * 8 MiB of it, n being the threads that fed (16, the reader's phase
-     * marks feed nothing, the main thread's checks neither). */
+     * n * 8 MiB of it either way, n being the threads that fed (16, the
+     * reader's phase marks feed nothing, the main thread's checks neither):
+     * a thread's last unpublished change can leave it below the barrier's
+     * level (seen on a loaded machine: 57 MiB below). */
     uint64_t hi = THREADS * churn_max_live + held_gpu; /* others' held blocks during a churn */
     uint64_t bound = (THREADS + 2) * SLACK;
-    ok(s.program_gpu.peak >= held_gpu && s.program_gpu.peak <= hi + bound,
-       "program GPU peak %llu within [%llu, %llu + %llu]", (unsigned long long)s.program_gpu.peak,
-       (unsigned long long)held_gpu, (unsigned long long)hi, (unsigned long long)bound);
+    ok(s.program_gpu.peak + bound >= held_gpu && s.program_gpu.peak <= hi + bound,
+       "program GPU peak %llu within [%llu - %llu, %llu + %llu]",
+       (unsigned long long)s.program_gpu.peak, (unsigned long long)held_gpu,
+       (unsigned long long)bound, (unsigned long long)hi, (unsigned long long)bound);
     rk_obs_sample_t smp[64];
     size_t n = rk_obs_timeline(smp, 64);
     uint64_t tmax = 0;
