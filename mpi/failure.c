@@ -173,19 +173,43 @@ static void sanitize(char *dst, size_t cap, const char *src)
 }
 
 /* The job id: the batch system's, else the launcher's (Open MPI, PMIx),
- * so that the ranks of one mpirun agree without talking. */
-static void find_job_id(void)
+ * else (MPICH's Hydra names none) world rank 0's host and process id; the
+ * ranks take world rank 0's, so that one job's files share one name even
+ * where the variables differ between ranks. Collective over
+ * MPI_COMM_WORLD: every rank comes here from MPI_Init. */
+static void find_job_id(int world_rank)
 {
+    struct {
+        char id[sizeof job_id];
+        int src; /* index in jobid_vars, -1: rank 0's host and pid, -2: none */
+    } m;
+    memset(&m, 0, sizeof m);
+    m.src = -2;
     for (size_t i = 0; i < sizeof jobid_vars / sizeof jobid_vars[0]; i++) {
         const char *v = getenv(jobid_vars[i]);
         if (v && *v) {
-            sanitize(job_id, sizeof job_id, v);
-            job_src = jobid_vars[i];
-            return;
+            sanitize(m.id, sizeof m.id, v);
+            m.src = (int)i;
+            break;
         }
     }
-    snprintf(job_id, sizeof job_id, "nojob");
-    job_src = NULL;
+    if (m.src == -2 && world_rank == 0) {
+        char host[64] = "";
+        if (gethostname(host, sizeof host - 1) != 0)
+            host[0] = '\0';
+        char raw[sizeof m.id];
+        snprintf(raw, sizeof raw, "%s-%ld", host[0] ? host : "host", (long)getpid());
+        sanitize(m.id, sizeof m.id, raw);
+        m.src = -1;
+    }
+    if (PMPI_Bcast(&m, (int)sizeof m, MPI_BYTE, 0, MPI_COMM_WORLD) != MPI_SUCCESS || !m.id[0]) {
+        snprintf(job_id, sizeof job_id, "nojob");
+        job_src = NULL;
+        return;
+    }
+    memcpy(job_id, m.id, sizeof job_id);
+    job_id[sizeof job_id - 1] = '\0';
+    job_src = m.src >= 0 ? jobid_vars[m.src] : m.src == -1 ? "rank 0's host and process id" : NULL;
 }
 
 /* RANKMEM_REPORT's template for this rank: %j %p (this process) %t (its
@@ -885,7 +909,17 @@ static void on_signal(int sig, siginfo_t *si, void *uc)
             nanosleep(&ms, NULL);
         }
     }
+    int wrote = atomic_load(&sig_done) && atomic_load(&sig_tid) == tid;
     chain(k, sig, si, uc);
+    /* Back here: a handler before ours (the program's, or the MPI
+     * library's: MPICH's for SIGUSR1) dealt with the signal and the rank
+     * goes on. Not a failure then: later events are recorded again, and
+     * a finalize that comes removes the file as for any finished rank. */
+    if (wrote) {
+        atomic_store(&sig_done, 0);
+        atomic_store(&terminal, 0);
+        atomic_store(&sig_busy, 0);
+    }
     errno = saved;
 }
 
@@ -934,7 +968,7 @@ void rk_fail_start(int world_rank, int world_size)
         return;
     my_rank = world_rank;
     t0_ns = now_ns();
-    find_job_id();
+    find_job_id(world_rank);
     if (!on_failure || make_path(world_size) != 0) {
         path[0] = '\0';
         return;
