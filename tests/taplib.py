@@ -24,11 +24,16 @@ def diag(text):
     sys.stdout.flush()
 
 
+def launcher_version(mpirun):
+    """What the launcher's --version prints ("" when it cannot say)."""
+    try:
+        return subprocess.run([mpirun, "--version"], capture_output=True, text=True,
+                              timeout=60).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+
+
 def launcher_flags(mpirun):
     """--oversubscribe where the launcher is Open MPI's (4 ranks, 2 cores)."""
-    try:
-        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
+    out = launcher_version(mpirun)
     return ["--oversubscribe"] if ("Open MPI" in out or "OpenRTE" in out) else []

@@ -30,17 +30,8 @@ tool = os.path.join(builddir, "tools", "rankmem-report")
 LIMIT = "limit(bytes=4MiB)>system"
 
 
-def is_hydra(mpirun):
-    """MPICH's launcher: its library handles SIGUSR1 itself (the rank goes on)."""
-    try:
-        out = subprocess.run([mpirun, "--version"], capture_output=True, text=True,
-                             timeout=60).stdout
-    except (OSError, subprocess.TimeoutExpired):
-        out = ""
-    return "HYDRA" in out
-
-
-HYDRA = is_hydra(mpirun)
+# MPICH's launcher: its library handles SIGUSR1 itself (the rank goes on).
+HYDRA = "HYDRA" in taplib.launcher_version(mpirun)
 
 
 def env_for(settings):
