@@ -1711,9 +1711,6 @@ static int site_texts(MPI_Comm comm, int rank, extras_t *x, const rk_mpi_record_
     return MPI_SUCCESS;
 }
 
-/* Collective over comm. path: NULL for RANKMEM_REPORT. suffix: what a file
- * name gets for this phase. Returns an MPI error code (MPI_SUCCESS when the
- * report was skipped or a write failed: those are warnings). */
 /* Set on the thread that builds a report, while it does (the tests' malloc
  * fails ours there: tests/mpi_report/failure_prog.c). */
 RK_MPI_HIDDEN _Thread_local int rk_report_busy;
@@ -1721,6 +1718,9 @@ RK_MPI_HIDDEN _Thread_local int rk_report_busy;
 static int report_body(MPI_Comm comm, const char *path, const char *phase, const char *trigger,
                        const char *suffix);
 
+/* Collective over comm. path: NULL for RANKMEM_REPORT. suffix: what a file
+ * name gets for this phase. Returns an MPI error code (MPI_SUCCESS when the
+ * report was skipped or a write failed: those are warnings). */
 static int report_collective(MPI_Comm comm, const char *path, const char *phase,
                              const char *trigger, const char *suffix)
 {
