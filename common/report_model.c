@@ -149,6 +149,26 @@ int rm_headline_observed(const rm_record_t *r)
     return r->version >= 2 && r->obs.state == RM_OBS_ON;
 }
 
+static uint64_t sub0(uint64_t a, uint64_t b) { return a > b ? a - b : 0; }
+
+/* 1 when the rank's chain serves device (or managed) memory: its leaf is
+ * not host memory (system, pinned, vmm over host) and the rank has a GPU. */
+static int chain_is_device(const rm_record_t *r)
+{
+    if (r->flags & RM_HOST_FALLBACK)
+        return 0;
+    const char *leaf = strrchr(r->spec, '>');
+    leaf = leaf ? leaf + 1 : r->spec;
+    static const char *const host[] = {"system", "pinned"};
+    for (size_t i = 0; i < sizeof host / sizeof host[0]; i++) {
+        size_t n = strlen(host[i]);
+        if (strncmp(leaf, host[i], n) == 0 && (leaf[n] == '\0' || leaf[n] == '('))
+            return 0;
+    }
+    /* the vmm resource over host memory (its tests' backend) */
+    return !(strncmp(leaf, "vmm(", 4) == 0 && strstr(leaf, "backend=host") != NULL);
+}
+
 void rm_headline(const rm_record_t *r, rm_headline_t *h)
 {
     if (rm_headline_observed(r)) {
@@ -158,6 +178,20 @@ void rm_headline(const rm_record_t *r, rm_headline_t *h)
         h->total = r->obs.gpu.total;
         h->count = r->obs.gpu.count;
         h->live = r->obs.gpu.live;
+        if (chain_is_device(r)) {
+            /* What the chain served through rankmem's API is the program's
+             * device memory too; CUDA saw only the chain's own upstream
+             * calls (rankmem's, not counted). Served by interception, it
+             * is in both counts already: added once. Sums are exact; the
+             * peak of the sum is at least the larger peak, exact when the
+             * program used one way only. */
+            h->current += sub0(r->bytes_current, r->obs.served.current);
+            h->total += sub0(r->bytes_total, r->obs.served.total);
+            h->count += sub0(r->count_total, r->obs.served.count);
+            h->live += sub0(r->count_current, r->obs.served.live);
+            if (r->bytes_peak > h->peak)
+                h->peak = r->bytes_peak;
+        }
     } else {
         h->source = RM_SRC_SERVED;
         h->peak = r->bytes_peak;

@@ -609,6 +609,15 @@ static void diagnose(rm_failure_t *f, const rm_record_t *r, uint64_t free_blocks
                      fmt_b(b, sizeof b, f->oom_bytes), fmt_b(c, sizeof c, f->dev_free));
             return;
         }
+        if (f->oom_bytes > f->dev_total) {
+            /* PyTorch's "tried to allocate" a size no device state serves */
+            snprintf(f->diagnosis, sizeof f->diagnosis,
+                     "request larger than the GPU: %s asked for, the device has %s in all "
+                     "(%s in use, %s of it live in this rank)",
+                     fmt_b(a, sizeof a, f->oom_bytes), fmt_b(b, sizeof b, f->dev_total),
+                     fmt_b(c, sizeof c, used), fmt_b(d, sizeof d, f->oom_live));
+            return;
+        }
         if (f->dev_free < f->oom_bytes) {
             int o = snprintf(f->diagnosis, sizeof f->diagnosis,
                              "device full: %s of %s in use, %s of it live in this rank",
@@ -680,8 +689,11 @@ void rk_fail_oom(int api, const char *source, uint64_t bytes, uint64_t stream,
             i++;
         if (i == n)
             i = 2;
+        /* CUDA's failure is seen from CUPTI's callback: CUPTI's, the
+         * driver's and the shared runtime's frames are not the program's
+         * either (the objects observation skips). */
         for (; i < n && site.nframes < 8; i++)
-            if (!rk_in_ranges(ours, nours, (uintptr_t)raw[i]))
+            if (!rk_in_ranges(ours, nours, (uintptr_t)raw[i]) && !rk_obs_skipped(raw[i]))
                 site.frames[site.nframes++] = raw[i];
     }
     rk_obs_site_text(&site, f.oom_site, sizeof f.oom_site);

@@ -934,6 +934,8 @@ out:
 
 static int skipped(uintptr_t a) { return rk_in_ranges(skip, nskip, a); }
 
+int rk_obs_skipped(const void *pc) { return skipped((uintptr_t)pc); }
+
 /* The caller's frames from `from` (rk_obs_alloc's return address) on,
  * without frames in skipped objects: what comes before it is the recorder's
  * own, however the compiler inlined it. */

@@ -103,6 +103,9 @@ RK_MPI_HIDDEN rk_obs_state_t rk_obs_get_state(const char **why_p);
  * whose path contains `substring` are skipped at capture. Call before
  * feeding; the objects are looked up when called (dl_iterate_phdr). */
 RK_MPI_HIDDEN void rk_obs_skip_objects(const char *substring);
+/* 1 when pc lies in an object rk_obs_skip_objects named (CUPTI, the CUDA
+ * driver and runtime, rankmem): not the program's own frame. */
+RK_MPI_HIDDEN int rk_obs_skipped(const void *pc);
 
 /* The executable ranges [lo, hi) of the loaded objects whose path contains
  * `substring`, appended to out[*n..max); *n grows. For the recorder's

@@ -224,7 +224,9 @@ def main():
         base = run([prog] + args, d, {"RANKMEM_ON_FAILURE": "off"})
         mine = run([prog] + args, d, {"RANKMEM_REPORT": os.path.join(d, "rep")})
         same = base[0] == mine[0] and ("user handler" in base[1]) == ("user handler" in mine[1])
-        handled = HYDRA and "SIGUSR1" in what
+        # MPICH handles SIGUSR1 itself, and so did the GPU machine's Open MPI
+        # 4.1.6 singleton: the rank goes on, with or without rankmem
+        handled = "SIGUSR1" in what and base[0] == 0
         if not ok(same and (base[0] != 0 or handled),
                   "singleton, %s: ends as without rankmem (%s, %s)" % (
                 what, base[0], mine[0])):

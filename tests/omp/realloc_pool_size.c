@@ -210,9 +210,12 @@ static void fallbacks(void)
     omp_allocator_handle_t d = pool(4096, omp_atv_default_mem_fb, 0, omp_atv_contended, 1);
     void *p = omp_alloc(3000, d);
     fill(p, 3000, 5);
+    /* A device block (on a GPU) cannot be filled here, so its copy in the
+     * runtime's host memory holds whatever it held: not compared. */
+    int filled = p && host_ok(p);
     uintptr_t pa = addr_of(p);
     void *q = omp_realloc(p, 8000, d, d);
-    ok(q && !is_ours(q) && same(q, 3000, 5) && was_freed(pa) && used(d) == 0,
+    ok(q && !is_ours(q) && (!filled || same(q, 3000, 5)) && was_freed(pa) && used(d) == 0,
        "default_mem_fb: the runtime's memory takes it, contents copied, old block freed");
     omp_free(q, d);
 

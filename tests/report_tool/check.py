@@ -74,10 +74,35 @@ def label_of(src):
              "rankmem served")
 
 
+def chain_is_device(rec):
+    """The chain serves device memory: a GPU, and a leaf that is not host."""
+    if rec.get("host_fallback"):
+        return False
+    leaf = rec.get("spec", "").split(">")[-1]
+    if re.match(r"(system|pinned)(\(|$)", leaf):
+        return False
+    return not (leaf.startswith("vmm(") and "backend=host" in leaf)
+
+
+# The chain's counters beside the observed "served" ones (what interception
+# served is in both): the part served through rankmem's API alone.
+CHAIN_MINUS = {"current": ("bytes_current", "current"), "total": ("bytes_total", "total"),
+               "count": ("count_total", "count"), "live": ("count_current", "live")}
+
+
 def value_of(rec, key):
     if key in MEM:
         if observed(rec):
-            return int(rec["observed"]["gpu"].get(MEM[key][0], 0))
+            what = MEM[key][0]
+            v = int(rec["observed"]["gpu"].get(what, 0))
+            if chain_is_device(rec):
+                if what == "peak":
+                    v = max(v, int(rec.get("bytes_peak", 0)))
+                else:
+                    mine, theirs = CHAIN_MINUS[what]
+                    v += max(0, int(rec.get(mine, 0)) -
+                             int(rec["observed"].get("served", {}).get(theirs, 0)))
+            return v
         return int(rec.get(MEM[key][1], 0))
     v = rec
     for k in NESTED.get(key, (key,)):
@@ -694,7 +719,8 @@ def test_schema2():
             "dev_total_init", "dev_free_init", "dev_total_final", "dev_free_final", "staged_ns",
             "wall_s", "version", "observed.state", "observed.gpu.peak", "observed.served.peak",
             "observed.gpu.current", "observed.gpu.total", "observed.gpu.count",
-            "observed.gpu.live"]
+            "observed.gpu.live", "observed.served.current", "observed.served.total",
+            "observed.served.count", "observed.served.live"]
     with open(csvp, "w", newline="") as f:
         w = csvmod.writer(f)
         w.writerow(cols)
@@ -702,6 +728,8 @@ def test_schema2():
             w.writerow([r["observed"]["state"] if c == "observed.state" else
                         r["observed"]["gpu"][c.split(".")[2]] if c.startswith("observed.gpu.") and
                         c != "observed.gpu.peak" else
+                        r["observed"]["served"].get(c.split(".")[2], 0)
+                        if c.startswith("observed.served.") and c != "observed.served.peak" else
                         value_of(r, {"observed.gpu.peak": "observed_gpu_peak",
                                      "observed.served.peak": "observed_served_peak"}.get(c, c))
                         for c in cols])
