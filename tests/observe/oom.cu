@@ -21,6 +21,7 @@
  * Every failing call prints "OOM_SITE oom.cu:LINE" first, so that the
  * script can look for that line in the record. */
 #include <string.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "app.h"
@@ -77,6 +78,9 @@ int main(int argc, char **argv)
             printf("HOG_SITE oom.cu:%d\n", __LINE__ + 1);
             CK(cudaMalloc(&hog, want));
             printf("HOG_BYTES %zu\n", want);
+            struct timespec ts; /* for bench/failure-bench.sh: the call's start */
+            clock_gettime(CLOCK_REALTIME, &ts);
+            printf("T_FAIL %lld.%09ld\n", (long long)ts.tv_sec, ts.tv_nsec);
             fflush(stdout);
             e = cudaMalloc(&more, 4 * GiB);
             if (e != cudaSuccess)
