@@ -705,9 +705,6 @@ void rk_fail_oom(int api, const char *source, uint64_t bytes, uint64_t stream,
                                                            : r->bytes_current;
         f.dev_total = r->dev_total_final;
         f.dev_free = r->dev_free_final;
-        uint64_t mine = r->obs.gpu.current + r->obs.rankmem_current;
-        uint64_t used = f.dev_total > f.dev_free ? f.dev_total - f.dev_free : 0;
-        f.dev_other = used > mine && r->obs.state == RM_OBS_ON ? used - mine : 0;
     }
     rankmem_resource_t *mr = rankmem_mpi_resource();
     rankmem_resource_t *below = NULL;
@@ -720,8 +717,23 @@ void rk_fail_oom(int api, const char *source, uint64_t bytes, uint64_t stream,
     query(below, RANKMEM_QUERY_USED_CURRENT, &f.pool_live);
     query(below, RANKMEM_QUERY_FREE_BLOCKS, &free_blocks);
     query(below, RANKMEM_QUERY_LIMIT, &limit);
-    if (r)
+    if (r) {
+        /* This process's device memory: the program's own CUDA calls, and
+         * what rankmem holds from CUDA (its chain's reservation, which the
+         * served blocks sit in; reserved before observation started, CUDA's
+         * count of it may be short). The rest in use is other processes'. */
+        uint64_t own = r->obs.gpu.current > r->obs.served.current
+                           ? r->obs.gpu.current - r->obs.served.current
+                           : 0;
+        uint64_t held = r->obs.rankmem_current;
+        if (f.pool_reserved > held)
+            held = f.pool_reserved;
+        if (r->obs.served.current > held)
+            held = r->obs.served.current;
+        uint64_t used = f.dev_total > f.dev_free ? f.dev_total - f.dev_free : 0;
+        f.dev_other = used > own + held && r->obs.state == RM_OBS_ON ? used - own - held : 0;
         diagnose(&f, r, free_blocks, limit);
+    }
     free(r);
     pthread_mutex_lock(&fail_lock);
     oom = f;
@@ -951,6 +963,13 @@ static void *interval_main(void *arg)
     sigset_t all;
     sigfillset(&all);
     pthread_sigmask(SIG_BLOCK, &all, NULL);
+    /* The rank's device current here once: a new thread's is device 0, and
+     * switching back to it after each query (rk_mpi_gpu_meminfo) would
+     * create a context on device 0 for a rank bound to another GPU (slow,
+     * and memory of a GPU the rank must not touch). */
+    int dev = rankmem_mpi_device();
+    if (dev >= 0 && rk_mpi_gpu_count() > 0)
+        (void)rk_mpi_gpu_set(dev);
     pthread_mutex_lock(&iv_lock);
     while (!iv_stop) {
         struct timespec ts;
