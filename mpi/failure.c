@@ -603,10 +603,11 @@ static void diagnose(rm_failure_t *f, const rm_record_t *r, uint64_t free_blocks
         }
         if (pool_free >= f->oom_bytes && f->dev_free < f->oom_bytes) {
             snprintf(f->diagnosis, sizeof f->diagnosis,
-                     "fragmentation: %s free in the pool (%llu free blocks) but no free block "
-                     "of %s, and %s free on the device",
+                     "fragmentation: %s free in the pool (%llu free blocks, the largest %s) but "
+                     "no free block of %s, and %s free on the device",
                      fmt_b(a, sizeof a, pool_free), (unsigned long long)free_blocks,
-                     fmt_b(b, sizeof b, f->oom_bytes), fmt_b(c, sizeof c, f->dev_free));
+                     fmt_b(d, sizeof d, f->pool_largest_free), fmt_b(b, sizeof b, f->oom_bytes),
+                     fmt_b(c, sizeof c, f->dev_free));
             return;
         }
         if (f->oom_bytes > f->dev_total) {
@@ -631,9 +632,10 @@ static void diagnose(rm_failure_t *f, const rm_record_t *r, uint64_t free_blocks
     }
     if (pool_free >= f->oom_bytes) {
         snprintf(f->diagnosis, sizeof f->diagnosis,
-                 "fragmentation: %s free in the pool (%llu free blocks) but no free block of %s",
+                 "fragmentation: %s free in the pool (%llu free blocks, the largest %s) but no "
+                 "free block of %s",
                  fmt_b(a, sizeof a, pool_free), (unsigned long long)free_blocks,
-                 fmt_b(b, sizeof b, f->oom_bytes));
+                 fmt_b(d, sizeof d, f->pool_largest_free), fmt_b(b, sizeof b, f->oom_bytes));
         return;
     }
     if (limit) {
@@ -716,6 +718,7 @@ void rk_fail_oom(int api, const char *source, uint64_t bytes, uint64_t stream,
     query(below, RANKMEM_QUERY_RESERVED_CURRENT, &f.pool_reserved);
     query(below, RANKMEM_QUERY_USED_CURRENT, &f.pool_live);
     query(below, RANKMEM_QUERY_FREE_BLOCKS, &free_blocks);
+    query(below, RANKMEM_QUERY_LARGEST_FREE, &f.pool_largest_free);
     query(below, RANKMEM_QUERY_LIMIT, &limit);
     if (r) {
         /* This process's device memory: the program's own CUDA calls, and

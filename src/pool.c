@@ -1106,6 +1106,23 @@ static rankmem_status_t pool_deallocate_many(rankmem_resource_t *mr, const rankm
 
 /* ---- queries, trim, forget, finalize ---- */
 
+/* The largest free block of a list: its highest non-empty class holds it
+ * (classes order sizes), found among that class's blocks. */
+static size_t largest_in(const slist_t *l)
+{
+    for (int w = NWORDS - 1; w >= 0; w--) {
+        if (!l->bitmap[w])
+            continue;
+        unsigned c = (unsigned)w * 64 + 63u - (unsigned)__builtin_clzll(l->bitmap[w]);
+        size_t best = 0;
+        for (const blk_t *b = l->heads[c]; b; b = b->fnext)
+            if (b->size > best)
+                best = b->size;
+        return best;
+    }
+    return 0;
+}
+
 static rankmem_status_t pool_query(rankmem_resource_t *mr, rankmem_query_t what, size_t *value_p)
 {
     pool_t *p = (pool_t *)mr;
@@ -1122,11 +1139,18 @@ static rankmem_status_t pool_query(rankmem_resource_t *mr, rankmem_query_t what,
     case RANKMEM_QUERY_USED_HIGH:
     case RANKMEM_QUERY_LIVE_COUNT: v = rk_shards_sum(p->shards, sizeof(shard_t), what); break;
     case RANKMEM_QUERY_FREE_BLOCKS:
+    case RANKMEM_QUERY_LARGEST_FREE:
         for (int i = 0; i < NSHARDS; i++) {
             shard_t *sh = &p->shards[i];
             rk_shard_lock(sh);
-            for (size_t k = 0; k < sh->nlists; k++)
-                v += list_at(sh, k)->nfree;
+            for (size_t k = 0; k < sh->nlists; k++) {
+                if (what == RANKMEM_QUERY_FREE_BLOCKS) {
+                    v += list_at(sh, k)->nfree;
+                } else {
+                    size_t m = largest_in(list_at(sh, k));
+                    v = m > v ? m : v;
+                }
+            }
             rk_shard_unlock(sh);
         }
         break;

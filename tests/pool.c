@@ -312,6 +312,22 @@ static void test_deallocate_many(void)
     ok(failed == 0 && q(pool, RANKMEM_QUERY_LIVE_COUNT) == 0 && q(pool, RANKMEM_QUERY_USED_CURRENT) == 0,
        "none failed, none live (failed %zu)", failed);
     ok(q(pool, RANKMEM_QUERY_FREE_BLOCKS) == 1, "coalesced back into one free block");
+    ok(q(pool, RANKMEM_QUERY_LARGEST_FREE) == q(pool, RANKMEM_QUERY_RESERVED_CURRENT),
+       "the largest free block is all the pool holds (%zu)", q(pool, RANKMEM_QUERY_LARGEST_FREE));
+    /* Every other block freed: holes between live blocks, the largest free
+     * block smaller than all that is free (what the failure record reports). */
+    void *h[8];
+    int hg = 0;
+    for (int i = 0; i < 8; i++)
+        hg += rankmem_allocate(pool, 64 << 10, 0, &h[i]) == RANKMEM_SUCCESS;
+    for (int i = 0; i < 8; i += 2)
+        rankmem_deallocate(pool, h[i], 64 << 10, 0);
+    size_t lf = q(pool, RANKMEM_QUERY_LARGEST_FREE);
+    size_t fr = q(pool, RANKMEM_QUERY_RESERVED_CURRENT) - q(pool, RANKMEM_QUERY_USED_CURRENT);
+    ok(hg == 8 && lf >= (64 << 10) && lf < fr && q(pool, RANKMEM_QUERY_FREE_BLOCKS) >= 4,
+       "fragmented: the largest free block (%zu) is less than the %zu bytes free", lf, fr);
+    for (int i = 1; i < 8; i += 2)
+        rankmem_deallocate(pool, h[i], 64 << 10, 0);
 
     /* Blocks of another thread's shard. */
     void *t[4] = {NULL, NULL, NULL, pool};

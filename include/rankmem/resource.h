@@ -47,7 +47,8 @@ typedef enum rankmem_query {
     RANKMEM_QUERY_POOL_MAX = 4,         /* maximum pool size; SIZE_MAX if unbounded */
     RANKMEM_QUERY_LIVE_COUNT = 5,       /* number of live allocations */
     RANKMEM_QUERY_FREE_BLOCKS = 6,      /* number of free blocks (fragmentation) */
-    RANKMEM_QUERY_LIMIT = 7             /* byte limit of a limit adaptor */
+    RANKMEM_QUERY_LIMIT = 7,            /* byte limit of a limit adaptor */
+    RANKMEM_QUERY_LARGEST_FREE = 8      /* bytes of the largest free block (the pool) */
 } rankmem_query_t;
 
 /* One block of a batch (rankmem_deallocate_many): what rankmem_deallocate
