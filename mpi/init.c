@@ -76,6 +76,7 @@ static MPI_Comm report_comm = MPI_COMM_NULL; /* dup of MPI_COMM_WORLD for the re
  * without it. */
 #pragma weak rk_mpi_staging_init
 #pragma weak rk_mpi_staging_finalize
+#pragma weak rk_stg_want_multiple
 #pragma weak rk_mpi_staging_counters
 
 static int world_rank = -1, world_size = 0;
@@ -649,10 +650,25 @@ rankmem_resource_t *rankmem_mpi_resource(void) { return stats_mr; }
 
 /* ---- the C hooks ---- */
 
+/* Under MPICH, staging's helper thread calls MPI (mpi/staging/base.c):
+ * MPI_THREAD_MULTIPLE is asked for; a level above the one required is what
+ * MPI_Init_thread may give anyway. */
+static int thread_level(int required)
+{
+    if (required < MPI_THREAD_MULTIPLE && rk_stg_want_multiple &&
+        rk_stg_want_multiple(pre_device >= 0))
+        return MPI_THREAD_MULTIPLE;
+    return required;
+}
+
 RK_MPI_EXPORT int MPI_Init(int *argc, char ***argv)
 {
     rk_mpi_pre_init();
-    int rc = PMPI_Init(argc, argv);
+    int rc, level = thread_level(MPI_THREAD_SINGLE), provided = 0;
+    if (level == MPI_THREAD_SINGLE)
+        rc = PMPI_Init(argc, argv);
+    else
+        rc = PMPI_Init_thread(argc, argv, level, &provided);
     rk_mpi_post_init(rc);
     return rc;
 }
@@ -660,7 +676,7 @@ RK_MPI_EXPORT int MPI_Init(int *argc, char ***argv)
 RK_MPI_EXPORT int MPI_Init_thread(int *argc, char ***argv, int required, int *provided)
 {
     rk_mpi_pre_init();
-    int rc = PMPI_Init_thread(argc, argv, required, provided);
+    int rc = PMPI_Init_thread(argc, argv, thread_level(required), provided);
     rk_mpi_post_init(rc);
     return rc;
 }

@@ -51,6 +51,10 @@ RK_MPI_HIDDEN int rk_mpi_active(void);
  * rk_mpi_fill_record() asks rk_mpi_staging_counters() for the report. Weak
  * in init.c, so the plugin links without staging/base.c. */
 RK_MPI_HIDDEN void rk_mpi_staging_init(void);
+/* 1 when MPI_Init should ask for MPI_THREAD_MULTIPLE, for staging's helper
+ * thread: an MPI without a progress hook (MPICH), staging not off, and a
+ * GPU (or RANKMEM_STAGING=on). Before PMPI_Init (mpi/staging/base.c). */
+RK_MPI_HIDDEN int rk_stg_want_multiple(int have_gpu);
 RK_MPI_HIDDEN void rk_mpi_staging_finalize(void);
 RK_MPI_HIDDEN void rk_mpi_staging_counters(uint64_t *bytes, uint64_t *messages, uint64_t *ns);
 

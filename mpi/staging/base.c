@@ -30,6 +30,7 @@
 #include <errno.h>
 #include <pthread.h>
 #include <sched.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1145,6 +1146,90 @@ void rk_mpi_staging_init(void)
                    pool_bytes >> 20, chunk_bytes >> 10);
 }
 
+/* ---- MPI libraries without a progress hook (MPICH) ----
+ * An IPC send whose receiver cannot map its memory sends the bytes when the
+ * answer asks for them (proto_ipc.c). Its rank may by then sit in a blocking
+ * call that the plugin passes straight to MPI (a host MPI_Allreduce, an
+ * MPI_Barrier, the wait of a freed request's peer): with no hook in MPI's
+ * progress engine, nothing of ours runs there, and the receiver waits for
+ * ever. A helper thread advances such requests while any is pending (woken
+ * when one is posted, asleep otherwise). It calls MPI, so it runs only where
+ * MPI gives MPI_THREAD_MULTIPLE, which the plugin asks for under MPICH
+ * (rk_stg_want_multiple). */
+static pthread_t helper;
+static int helper_state; /* 0 none, 1 running, -1 could not start; under helper_lock */
+static int helper_stop;
+int rk_stg_helper_allowed;
+static pthread_mutex_t helper_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t helper_cond = PTHREAD_COND_INITIALIZER;
+
+static void *helper_main(void *arg)
+{
+    (void)arg;
+    /* Signals go to the program's threads. */
+    sigset_t all;
+    sigfillset(&all);
+    pthread_sigmask(SIG_BLOCK, &all, NULL);
+    pthread_mutex_lock(&helper_lock);
+    while (!helper_stop) {
+        if (atomic_load_explicit(&rk_stg_rings, memory_order_relaxed) == 0) {
+            /* Timed: a post between the load and the wait is seen within 10 ms. */
+            struct timespec ts;
+            clock_gettime(CLOCK_REALTIME, &ts);
+            ts.tv_nsec += 10000000;
+            if (ts.tv_nsec >= 1000000000) {
+                ts.tv_sec++;
+                ts.tv_nsec -= 1000000000;
+            }
+            pthread_cond_timedwait(&helper_cond, &helper_lock, &ts);
+            continue;
+        }
+        pthread_mutex_unlock(&helper_lock);
+        rk_stg_ring_poll();
+        struct timespec nap = {0, 20000};
+        nanosleep(&nap, NULL);
+        pthread_mutex_lock(&helper_lock);
+    }
+    pthread_mutex_unlock(&helper_lock);
+    return NULL;
+}
+
+void rk_stg_helper_kick(void)
+{
+    if (!rk_stg_helper_allowed)
+        return;
+    pthread_mutex_lock(&helper_lock);
+    if (helper_state == 0 && !helper_stop)
+        helper_state = pthread_create(&helper, NULL, helper_main, NULL) == 0 ? 1 : -1;
+    pthread_cond_signal(&helper_cond);
+    pthread_mutex_unlock(&helper_lock);
+}
+
+static void helper_end(void)
+{
+    pthread_mutex_lock(&helper_lock);
+    helper_stop = 1;
+    int running = helper_state == 1;
+    pthread_cond_signal(&helper_cond);
+    pthread_mutex_unlock(&helper_lock);
+    if (running)
+        pthread_join(helper, NULL);
+    rk_stg_helper_allowed = 0;
+}
+
+int rk_stg_want_multiple(int have_gpu)
+{
+#ifdef MPICH_VERSION
+    const char *m = option("RANKMEM_STAGING");
+    if (m && strcmp(m, "off") == 0)
+        return 0;
+    return have_gpu || fake || (m && strcmp(m, "on") == 0); /* fake: the tests' device */
+#else
+    (void)have_gpu; /* Open MPI's progress engine takes our hook */
+    return 0;
+#endif
+}
+
 /* Open MPI's progress engine takes callbacks (opal_progress_register, in
  * libopen-pal, found at run time: nothing to link): with ours there, ring
  * requests advance inside every MPI call that progresses, including blocking
@@ -1161,14 +1246,27 @@ static void progress_hook(int on)
 {
     typedef int (*reg_fn)(opal_cb_t);
     if (on) {
-        if (!ring_wanted)
-            return;
-        reg_fn reg = (reg_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "opal_progress_register");
+        reg_fn reg = ring_wanted ? (reg_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "opal_progress_register")
+                                 : NULL;
         if (reg && reg(opal_cb) == 0)
             rk_stg_hooked = 1;
         rk_mpi_verbose("staging: %s", rk_stg_hooked ? "ring mode (in Open MPI's progress engine)"
                                                     : "no ring mode (no progress hook)");
-    } else if (rk_stg_hooked) {
+        if (!rk_stg_hooked) {
+            int level = MPI_THREAD_SINGLE;
+            rk_stg_helper_allowed = PMPI_Query_thread(&level) == MPI_SUCCESS &&
+                             level == MPI_THREAD_MULTIPLE;
+            rk_mpi_verbose("staging: %s", rk_stg_helper_allowed
+                                              ? "a helper thread advances IPC sends that wait for "
+                                                "their peer (MPI_THREAD_MULTIPLE)"
+                                              : "no helper thread (MPI is not MPI_THREAD_MULTIPLE): "
+                                                "a device send whose receiver cannot map its "
+                                                "memory advances only in the sender's MPI calls "
+                                                "on staged buffers");
+        }
+    } else if (!rk_stg_hooked) {
+        helper_end();
+    } else {
         reg_fn unreg = (reg_fn)(uintptr_t)dlsym(RTLD_DEFAULT, "opal_progress_unregister");
         if (unreg)
             unreg(opal_cb);

@@ -172,6 +172,8 @@ void rk_stg_ilist_add(req_t *r)
     ilist = r;
     r->inl = 1;
     atomic_fetch_add(&rk_stg_rings, 1);
+    if (!rk_stg_hooked)
+        rk_stg_helper_kick();
 }
 
 void rk_stg_ilist_del(req_t *r)

@@ -69,6 +69,11 @@ RK_MPI_HIDDEN extern atomic_long rk_stg_nreq;
 RK_MPI_HIDDEN extern atomic_long rk_stg_rings;
 RK_MPI_HIDDEN extern int rk_stg_hooked;
 RK_MPI_HIDDEN int rk_stg_ring_poll(void);
+/* Without a progress hook (MPICH): wake, or start, the helper thread that
+ * advances requests waiting for their peer (staging/base.c); a no-op where
+ * MPI is not MPI_THREAD_MULTIPLE or has a hook. */
+RK_MPI_HIDDEN void rk_stg_helper_kick(void);
+RK_MPI_HIDDEN extern int rk_stg_helper_allowed; /* that helper may run */
 
 /* ---- device or host (staging/base.c) ---- */
 
