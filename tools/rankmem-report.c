@@ -549,11 +549,93 @@ static void print_phases(FILE *o, const rr_analysis_t *a)
 
 /* A failed job first (issue 29): which ranks failed and how, the
  * diagnosis, the sites live at the failure, the ranks that wrote nothing;
- * and, in any report, the out-of-memory events ranks lived through. */
-static void print_failure(FILE *o, const rr_analysis_t *a)
+ * and, in any report, the out-of-memory events ranks lived through.
+ *
+ * The ranks that started it come first, in detail, earliest first: an
+ * allocation refused, MPI_Abort, exit(), a fault (SIGSEGV, SIGBUS, SIGFPE,
+ * SIGILL, SIGABRT). Ranks ended from outside (the launcher's SIGTERM after
+ * an abort, the batch system's time limit) follow as one line per signal,
+ * so that a job of 100,000 ranks still reads in a screen. */
+static int started_it(const rr_rank_t *r)
+{
+    if (r->fail.oom_count || strcmp(r->fail.kind, "abort") == 0 ||
+        strcmp(r->fail.kind, "exit") == 0 || strcmp(r->fail.kind, "oom") == 0)
+        return 1;
+    static const char *const faults[] = {"SIGSEGV", "SIGBUS", "SIGFPE", "SIGILL", "SIGABRT"};
+    if (strcmp(r->fail.kind, "signal") == 0)
+        for (size_t k = 0; k < sizeof faults / sizeof faults[0]; k++)
+            if (strcmp(r->fail.trigger, faults[k]) == 0)
+                return 1;
+    return 0;
+}
+
+static const rr_analysis_t *cmp_rep; /* for by_time (qsort has no context) */
+static int by_time(const void *x, const void *y)
+{
+    const rr_rank_t *a = &cmp_rep->rep->ranks[*(const size_t *)x];
+    const rr_rank_t *b = &cmp_rep->rep->ranks[*(const size_t *)y];
+    uint64_t ta = a->fail.kind[0] ? a->fail.t_ns : a->fail.oom_t_ns;
+    uint64_t tb = b->fail.kind[0] ? b->fail.t_ns : b->fail.oom_t_ns;
+    if (ta != tb)
+        return ta < tb ? -1 : 1;
+    return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+/* What ended a rank that did not start the failure ("recovered": it lived
+ * through a refused allocation and went on). */
+static const char *trigger_of(const rr_rank_t *r)
+{
+    return r->fail.kind[0] ? r->fail.trigger : "recovered";
+}
+
+static int by_trigger(const void *x, const void *y)
+{
+    const rr_rank_t *a = &cmp_rep->rep->ranks[*(const size_t *)x];
+    const rr_rank_t *b = &cmp_rep->rep->ranks[*(const size_t *)y];
+    int c = strcmp(trigger_of(a), trigger_of(b));
+    if (c)
+        return c;
+    return a->rank < b->rank ? -1 : a->rank > b->rank;
+}
+
+static void print_failed_rank(FILE *o, const rr_report_t *rep, size_t i)
+{
+    char b1[48], b2[48];
+    const rr_rank_t *r = &rep->ranks[i];
+    const rr_source_t *sc = rep->src ? &rep->src[i] : NULL;
+    fprintf(o, "  rank %d (%s):", r->rank, r->host);
+    if (strcmp(r->fail.kind, "signal") == 0)
+        fprintf(o, " %s (signal %d)", r->fail.trigger, r->fail.code);
+    else if (strcmp(r->fail.kind, "abort") == 0)
+        fprintf(o, " MPI_Abort (errorcode %d)", r->fail.code);
+    else if (strcmp(r->fail.kind, "exit") == 0)
+        fprintf(o, " exit(%d) before MPI_Finalize", r->fail.code);
+    else if (strcmp(r->fail.kind, "oom") == 0)
+        fprintf(o, " out of memory");
+    else
+        fprintf(o, " recovered");
+    if (r->fail.kind[0])
+        fprintf(o, " at %.3f s", (double)r->fail.t_ns / 1e9);
+    fprintf(o, ", %s live\n", rr_fmt_bytes(b1, sizeof b1, (double)(
+                r->obs.gpu.current > r->bytes_current ? r->obs.gpu.current
+                                                      : r->bytes_current)));
+    if (r->fail.oom_count)
+        fprintf(o, "    %llu allocation%s refused; the first: %s of %s (%s, %s) at %.3f s\n",
+                (unsigned long long)r->fail.oom_count, r->fail.oom_count == 1 ? "" : "s",
+                r->fail.oom_api, rr_fmt_bytes(b2, sizeof b2, (double)r->fail.oom_bytes),
+                r->fail.oom_source, r->fail.oom_site[0] ? r->fail.oom_site : "no call site",
+                (double)r->fail.oom_t_ns / 1e9);
+    if (r->fail.diagnosis[0])
+        fprintf(o, "    %s\n", r->fail.diagnosis);
+    for (size_t k = 0; sc && k < sc->nlive && k < 4; k++)
+        fprintf(o, "    live: %s: %s in %llu block%s\n", sc->live[k].site,
+                rr_fmt_bytes(b1, sizeof b1, (double)sc->live[k].bytes),
+                (unsigned long long)sc->live[k].count, sc->live[k].count == 1 ? "" : "s");
+}
+
+static void print_failure(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
     const rr_report_t *rep = a->rep;
-    char b1[48], b2[48];
     size_t nfail = 0, noom = 0;
     for (size_t i = 0; i < rep->n; i++) {
         nfail += rep->ranks[i].fail.kind[0] != 0;
@@ -572,40 +654,59 @@ static void print_failure(FILE *o, const rr_analysis_t *a)
         fprintf(o, "allocations refused (%zu rank%s lived through them)\n", noom,
                 noom == 1 ? "" : "s");
     }
-    for (size_t i = 0; i < rep->n; i++) {
+    /* Those that started it, earliest first, in detail (--top of them, or
+     * --all); the ranks ended from outside, one line per signal. */
+    size_t *first = malloc((rep->n ? rep->n : 1) * sizeof *first);
+    size_t nfirst = 0, nrest = 0;
+    for (size_t i = 0; first && i < rep->n; i++) {
         const rr_rank_t *r = &rep->ranks[i];
-        const rr_source_t *sc = rep->src ? &rep->src[i] : NULL;
         if (!r->fail.kind[0] && !r->fail.oom_count)
             continue;
-        fprintf(o, "  rank %d (%s):", r->rank, r->host);
-        if (strcmp(r->fail.kind, "signal") == 0)
-            fprintf(o, " %s (signal %d)", r->fail.trigger, r->fail.code);
-        else if (strcmp(r->fail.kind, "abort") == 0)
-            fprintf(o, " MPI_Abort (errorcode %d)", r->fail.code);
-        else if (strcmp(r->fail.kind, "exit") == 0)
-            fprintf(o, " exit(%d) before MPI_Finalize", r->fail.code);
-        else if (strcmp(r->fail.kind, "oom") == 0)
-            fprintf(o, " out of memory");
+        if (started_it(r))
+            first[nfirst++] = i;
         else
-            fprintf(o, " recovered");
-        if (r->fail.kind[0])
-            fprintf(o, " at %.3f s", (double)r->fail.t_ns / 1e9);
-        fprintf(o, ", %s live\n", rr_fmt_bytes(b1, sizeof b1, (double)(
-                    r->obs.gpu.current > r->bytes_current ? r->obs.gpu.current
-                                                          : r->bytes_current)));
-        if (r->fail.oom_count)
-            fprintf(o, "    %llu allocation%s refused; the first: %s of %s (%s, %s) at %.3f s\n",
-                    (unsigned long long)r->fail.oom_count, r->fail.oom_count == 1 ? "" : "s",
-                    r->fail.oom_api, rr_fmt_bytes(b2, sizeof b2, (double)r->fail.oom_bytes),
-                    r->fail.oom_source, r->fail.oom_site[0] ? r->fail.oom_site : "no call site",
-                    (double)r->fail.oom_t_ns / 1e9);
-        if (r->fail.diagnosis[0])
-            fprintf(o, "    %s\n", r->fail.diagnosis);
-        for (size_t k = 0; sc && k < sc->nlive && k < 4; k++)
-            fprintf(o, "    live: %s: %s in %llu block%s\n", sc->live[k].site,
-                    rr_fmt_bytes(b1, sizeof b1, (double)sc->live[k].bytes),
-                    (unsigned long long)sc->live[k].count, sc->live[k].count == 1 ? "" : "s");
+            nrest++;
     }
+    if (!first) {
+        fprintf(o, "  (no memory to order the %zu failed ranks)\n\n", nfail);
+        return;
+    }
+    cmp_rep = a;
+    qsort(first, nfirst, sizeof *first, by_time);
+    size_t limit = op->all ? nfirst : op->top < nfirst ? op->top : nfirst;
+    for (size_t k = 0; k < limit; k++)
+        print_failed_rank(o, rep, first[k]);
+    if (nfirst > limit)
+        fprintf(o, "  ... and %zu more rank%s that failed first (--all lists them)\n",
+                nfirst - limit, nfirst - limit == 1 ? "" : "s");
+    /* The others, one line per trigger. */
+    size_t *rest = malloc((nrest ? nrest : 1) * sizeof *rest), m = 0;
+    for (size_t i = 0; rest && i < rep->n; i++) {
+        const rr_rank_t *r = &rep->ranks[i];
+        if ((r->fail.kind[0] || r->fail.oom_count) && !started_it(r))
+            rest[m++] = i;
+    }
+    if (rest)
+        qsort(rest, m, sizeof *rest, by_trigger);
+    for (size_t k = 0; k < m;) {
+        const char *trig = trigger_of(&rep->ranks[rest[k]]);
+        size_t e = k;
+        uint64_t t0 = UINT64_MAX, t1 = 0;
+        fprintf(o, "  ranks ended by %s:", trig);
+        for (; e < m && strcmp(trigger_of(&rep->ranks[rest[e]]), trig) == 0; e++) {
+            const rr_rank_t *r = &rep->ranks[rest[e]];
+            if (op->all || e - k < 16)
+                fprintf(o, "%s %d", e > k ? "," : "", r->rank);
+            t0 = r->fail.t_ns < t0 ? r->fail.t_ns : t0;
+            t1 = r->fail.t_ns > t1 ? r->fail.t_ns : t1;
+        }
+        fprintf(o, "%s (%zu rank%s, from %.3f s to %.3f s)\n",
+                !op->all && e - k > 16 ? ", ..." : "", e - k, e - k == 1 ? "" : "s",
+                (double)t0 / 1e9, (double)t1 / 1e9);
+        k = e;
+    }
+    free(rest);
+    free(first);
     if (rep->assembled) {
         size_t last = 0;
         for (size_t i = 0; i < rep->n; i++)
@@ -633,7 +734,7 @@ static void print_failure(FILE *o, const rr_analysis_t *a)
 
 static void print_report(FILE *o, const rr_analysis_t *a, const opts_t *op)
 {
-    print_failure(o, a);
+    print_failure(o, a, op);
     print_job(o, a);
     print_nodes(o, a, op);
     print_aggregates(o, a);
