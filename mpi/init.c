@@ -407,11 +407,17 @@ void rk_mpi_post_init(int rc)
     if (gethostname(host, sizeof host - 1) != 0)
         snprintf(host, sizeof host, "unknown");
     host[sizeof host - 1] = '\0';
+    int pretend = rk_mpi_pretend_node();
+    if (pretend >= 0) {
+        /* A pretend node is a node of its own in the report too. */
+        size_t hl = strlen(host);
+        if (hl > sizeof host - 12)
+            hl = sizeof host - 12;
+        snprintf(host + hl, sizeof host - hl, ".node%d", pretend);
+    }
 
     MPI_Comm node = MPI_COMM_NULL;
-    if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) ==
-            MPI_SUCCESS &&
-        node != MPI_COMM_NULL) {
+    if (rk_mpi_node_comm(MPI_COMM_WORLD, 0, &node) == MPI_SUCCESS && node != MPI_COMM_NULL) {
         PMPI_Comm_rank(node, &local_rank);
         PMPI_Comm_size(node, &local_size);
     } else {
@@ -636,6 +642,42 @@ void rk_mpi_fill_record(rk_mpi_record_t *rec)
     if (rk_mpi_staging_counters)
         rk_mpi_staging_counters(&rec->staged_bytes, &rec->staged_messages, &rec->staged_ns);
     rk_fail_fill(&rec->fail); /* an out-of-memory the rank lived through */
+}
+
+/* ---- nodes ---- */
+
+/* Test-only: RANKMEM_TEST_NODE_RANKS=K splits each host into pretend nodes
+ * of K consecutive world ranks, so that what depends on ranks sharing a
+ * node (CUDA IPC, the fd service, shared pools, the report's node table) is
+ * tested across nodes on one machine. -1: not set (or not a number >= 1). */
+int rk_mpi_pretend_node(void)
+{
+    static int k = -2;
+    if (k == -2) {
+        const char *v = getenv("RANKMEM_TEST_NODE_RANKS");
+        char *end = NULL;
+        long n = v ? strtol(v, &end, 10) : 0;
+        k = v && end != v && !*end && n >= 1 && n <= 1 << 20 ? (int)n : -1;
+    }
+    if (k < 0)
+        return -1;
+    int wr = 0;
+    PMPI_Comm_rank(MPI_COMM_WORLD, &wr);
+    return wr / k;
+}
+
+int rk_mpi_node_comm(MPI_Comm comm, int key, MPI_Comm *node)
+{
+    *node = MPI_COMM_NULL;
+    int rc = PMPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, key, MPI_INFO_NULL, node);
+    int pretend = rk_mpi_pretend_node();
+    if (rc != MPI_SUCCESS || pretend < 0 || *node == MPI_COMM_NULL)
+        return rc;
+    MPI_Comm sub = MPI_COMM_NULL;
+    rc = PMPI_Comm_split(*node, pretend, key, &sub);
+    PMPI_Comm_free(node);
+    *node = sub;
+    return rc;
 }
 
 /* ---- public ---- */

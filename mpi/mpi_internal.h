@@ -51,6 +51,12 @@ RK_MPI_HIDDEN int rk_mpi_active(void);
  * rk_mpi_fill_record() asks rk_mpi_staging_counters() for the report. Weak
  * in init.c, so the plugin links without staging/base.c. */
 RK_MPI_HIDDEN void rk_mpi_staging_init(void);
+/* The ranks of comm on this rank's node (MPI_COMM_TYPE_SHARED, ordered by
+ * key), split further into pretend nodes under the test-only setting
+ * RANKMEM_TEST_NODE_RANKS (mpi/init.c); rk_mpi_pretend_node: this rank's
+ * pretend node, -1 when the setting is off. */
+RK_MPI_HIDDEN int rk_mpi_node_comm(MPI_Comm comm, int key, MPI_Comm *node);
+RK_MPI_HIDDEN int rk_mpi_pretend_node(void);
 /* 1 when MPI_Init should ask for MPI_THREAD_MULTIPLE, for staging's helper
  * thread: an MPI without a progress hook (MPICH), staging not off, and a
  * GPU (or RANKMEM_STAGING=on). Before PMPI_Init (mpi/staging/base.c). */

@@ -64,7 +64,7 @@ static rankmem_status_t check_comm(MPI_Comm comm, int root, const char *fn, int 
 static int same_node(MPI_Comm comm, int root)
 {
     MPI_Comm node;
-    if (MPI_Comm_split_type(comm, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node) != MPI_SUCCESS)
+    if (rk_mpi_node_comm(comm, 0, &node) != MPI_SUCCESS || node == MPI_COMM_NULL)
         return 0;
     MPI_Group g, gn;
     int r = MPI_UNDEFINED;

@@ -796,8 +796,7 @@ void rk_ipc_init(int mode, int cache, int stg_on)
     int me = 0;
     PMPI_Comm_rank(MPI_COMM_WORLD, &me);
     MPI_Comm node = MPI_COMM_NULL;
-    if (PMPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, me, MPI_INFO_NULL, &node) !=
-        MPI_SUCCESS)
+    if (rk_mpi_node_comm(MPI_COMM_WORLD, me, &node) != MPI_SUCCESS || node == MPI_COMM_NULL)
         return;
     int nn = 1, nr = 0;
     PMPI_Comm_size(node, &nn);
