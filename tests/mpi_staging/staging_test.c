@@ -50,6 +50,7 @@ int close(int fd);
 
 static int me, np, left, right;
 
+#ifdef RKT_FAKE
 /* IPC is each node's decision: with pretend nodes (RANKMEM_TEST_NODE_RANKS,
  * a test-only setting of the plugin) the world spans nodes, rk_ipc_on may
  * differ between ranks, and neighbours may be on other nodes. The first two
@@ -71,6 +72,7 @@ static int spans_nodes(void)
     const char *v = getenv("RANKMEM_TEST_NODE_RANKS");
     return v && atoi(v) > 0 && atoi(v) < np;
 }
+#endif
 static int host_only, use_real, use_vmm;
 static size_t max_bytes = (size_t)64 << 20;
 static size_t chunk = (size_t)4 << 20;
