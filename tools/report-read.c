@@ -1256,6 +1256,113 @@ static int better(const rr_rank_t *a, const rr_source_t *sa, const rr_rank_t *b,
     return !(b->wall_s > a->wall_s);
 }
 
+static const rr_report_t *sort_rep; /* for by_rank (qsort has no context) */
+static int by_rank(const void *x, const void *y)
+{
+    size_t a = *(const size_t *)x, b = *(const size_t *)y;
+    int ra = sort_rep->ranks[a].rank, rb = sort_rep->ranks[b].rank;
+    if (ra != rb)
+        return ra < rb ? -1 : 1;
+    return a < b ? -1 : a > b; /* the order the files were read */
+}
+
+static void source_free(rr_source_t *sc)
+{
+    free(sc->file);
+    free(sc->phase);
+    free(sc->trigger);
+    for (size_t q = 0; q < sc->nlive; q++) {
+        free(sc->live[q].site);
+        free(sc->live[q].api);
+        free(sc->live[q].kind);
+    }
+    free(sc->live);
+    memset(sc, 0, sizeof *sc);
+}
+
+/* Sorts rep's records by rank and keeps one per rank (a failure record
+ * over a periodic one, else the later: better()), saying which on errs.
+ * The records move in place (each is kilobytes): one cycle walk. */
+static int in_rank_order(rr_report_t *rep, FILE *errs)
+{
+    size_t n = rep->n;
+    size_t *ord = malloc((n ? n : 1) * sizeof *ord);
+    unsigned char *drop = calloc(n ? n : 1, 1), *done = calloc(n ? n : 1, 1);
+    if (!ord || !drop || !done) {
+        free(ord);
+        free(drop);
+        free(done);
+        return -1;
+    }
+    for (size_t i = 0; i < n; i++)
+        ord[i] = i;
+    sort_rep = rep;
+    qsort(ord, n, sizeof *ord, by_rank);
+    /* ord[k]: the record that belongs at position k. Duplicates: keep one. */
+    for (size_t k = 0; k < n;) {
+        size_t keep = ord[k], e = k + 1;
+        for (; e < n && rep->ranks[ord[e]].rank == rep->ranks[keep].rank; e++) {
+            size_t other = ord[e];
+            int second = better(&rep->ranks[other], &rep->src[other], &rep->ranks[keep],
+                                &rep->src[keep]);
+            fprintf(errs, "rankmem-report: rank %d is in both %s and %s; the %s one is used\n",
+                    rep->ranks[keep].rank, rep->src[keep].file, rep->src[other].file,
+                    second ? "second" : "first");
+            if (second) {
+                drop[keep] = 1;
+                keep = other;
+            } else {
+                drop[other] = 1;
+            }
+        }
+        k = e;
+    }
+    for (size_t i = 0; i < n; i++)
+        if (drop[i])
+            source_free(&rep->src[i]);
+    /* Apply the permutation: position k takes record ord[k]. */
+    for (size_t i = 0; i < n; i++) {
+        if (done[i] || ord[i] == i) {
+            done[i] = 1;
+            continue;
+        }
+        rr_rank_t tr = rep->ranks[i];
+        rr_source_t ts = rep->src[i];
+        unsigned char td = drop[i];
+        size_t j = i;
+        for (;;) {
+            size_t k = ord[j];
+            done[j] = 1;
+            if (k == i) {
+                rep->ranks[j] = tr;
+                rep->src[j] = ts;
+                drop[j] = td;
+                break;
+            }
+            rep->ranks[j] = rep->ranks[k];
+            rep->src[j] = rep->src[k];
+            drop[j] = drop[k];
+            j = k;
+        }
+    }
+    /* Then the dropped ones out, in order. */
+    size_t m = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (drop[i])
+            continue;
+        if (m != i) {
+            rep->ranks[m] = rep->ranks[i];
+            rep->src[m] = rep->src[i];
+        }
+        m++;
+    }
+    rep->n = m;
+    free(ord);
+    free(drop);
+    free(done);
+    return 0;
+}
+
 int rr_load_job(const char *const *paths, size_t npaths, rr_report_t *rep, FILE *errs)
 {
     memset(rep, 0, sizeof *rep);
@@ -1299,32 +1406,6 @@ int rr_load_job(const char *const *paths, size_t npaths, rr_report_t *rep, FILE 
                 one.live = NULL;
                 one.nlive = 0;
             }
-            size_t at = rep->n;
-            for (size_t j = 0; j < rep->n; j++)
-                if (rep->ranks[j].rank == r->rank)
-                    at = j;
-            if (at < rep->n) {
-                fprintf(errs, "rankmem-report: rank %d is in both %s and %s; the %s one is "
-                              "used\n", r->rank, rep->src[at].file, files[i],
-                        better(r, &sc, &rep->ranks[at], &rep->src[at]) ? "second" : "first");
-                rr_source_t *keep = &sc;
-                if (better(r, &sc, &rep->ranks[at], &rep->src[at])) {
-                    rr_source_t t = rep->src[at];
-                    rep->src[at] = sc;
-                    rep->ranks[at] = *r;
-                    *keep = t;
-                }
-                free(keep->file);
-                free(keep->phase);
-                free(keep->trigger);
-                for (size_t q = 0; q < keep->nlive; q++) {
-                    free(keep->live[q].site);
-                    free(keep->live[q].api);
-                    free(keep->live[q].kind);
-                }
-                free(keep->live);
-                continue;
-            }
             if (rep->n == cap) {
                 size_t nc = cap ? 2 * cap : 64;
                 rr_rank_t *nr = realloc(rep->ranks, nc * sizeof *nr);
@@ -1357,16 +1438,12 @@ int rr_load_job(const char *const *paths, size_t npaths, rr_report_t *rep, FILE 
         rr_report_free(rep);
         return -1;
     }
-    /* In rank order, and the ranks of the world that left nothing. */
-    for (size_t i = 1; i < rep->n; i++)
-        for (size_t j = i; j > 0 && rep->ranks[j - 1].rank > rep->ranks[j].rank; j--) {
-            rr_rank_t t = rep->ranks[j];
-            rep->ranks[j] = rep->ranks[j - 1];
-            rep->ranks[j - 1] = t;
-            rr_source_t u = rep->src[j];
-            rep->src[j] = rep->src[j - 1];
-            rep->src[j - 1] = u;
-        }
+    /* In rank order, one record per rank, and the ranks of the world that
+     * left nothing. Sorted, not searched: 100,000 files in seconds. */
+    if (in_rank_order(rep, errs) != 0) {
+        rr_report_free(rep);
+        return -1;
+    }
     if (rep->world_size > 0) {
         rep->missing = calloc((size_t)rep->world_size, sizeof *rep->missing);
         if (!rep->missing) {

@@ -314,6 +314,22 @@ def main():
            "damaged files: the ranks without a readable record are listed")
         rc, out, err = run([tool, files[0], files[2]], d, {})
         ok(rc == 1 and "MPI_Abort" in out, "damaged files: the per-rank files given one by one")
+        # one rank in two files: its failure record is kept over a periodic one,
+        # whichever is read first
+        dd = fresh()
+        dirs.append(dd)
+        with open(files[0]) as f:
+            doc = json.load(f)
+        shutil.copy(files[0], os.path.join(dd, "b.rank-0.json"))
+        doc["phase"] = "interval"
+        doc["ranks"][0]["failure"]["kind"] = ""
+        with open(os.path.join(dd, "a.rank-0.json"), "w") as f:
+            json.dump(doc, f)
+        rc, out, err = run([tool, dd], dd, {})
+        ok(rc == 0 and "rank 0 is in both" in err and "MPI_Abort (errorcode 5)" in out,
+           "one rank in two files: said, and its failure record is the one used")
+        if rc != 0 or "rank 0 is in both" not in err:
+            diag(err[-600:])
     else:
         diag("abort run left %s" % files)
         for _ in range(5):
