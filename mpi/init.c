@@ -654,7 +654,7 @@ int rk_mpi_pretend_node(void)
 {
     static int k = -2;
     if (k == -2) {
-        const char *v = getenv("RANKMEM_TEST_NODE_RANKS");
+        const char *v = rk_mpi_table_option("RANKMEM_TEST_NODE_RANKS");
         char *end = NULL;
         long n = v ? strtol(v, &end, 10) : 0;
         k = v && end != v && !*end && n >= 1 && n <= 1 << 20 ? (int)n : -1;

@@ -334,6 +334,10 @@ static const option_def_t defs[] = {
      "device messages between ranks of one node: one device-to-device copy through CUDA IPC "
      "(auto: when every rank of the node can map every other's memory)",
      "auto|on|off", NULL},
+    {"RANKMEM_TEST_NODE_RANKS", RANKMEM_OPTION_INT, "0",
+     "tests only: the MPI plugin splits each host into pretend nodes of this many consecutive "
+     "world ranks, so that what depends on ranks sharing a node runs across nodes on one "
+     "machine (0: off)", NULL, NULL},
     {"RANKMEM_STAGING_IPC_CACHE", RANKMEM_OPTION_INT, "64",
      "CUDA IPC mappings of other ranks' allocations kept open per rank, 1 to 65536 (least "
      "recently used closed first)", NULL, check_ipc_cache},
