@@ -34,7 +34,7 @@
 #include <string>
 #include <vector>
 
-/* Observation's mark (mpi/recorder.c in the plugin), which timing.c sets
+/* Observation's mark (mpi/observe/recorder.c in the plugin), which timing.c sets
  * around its upstream calls: the benchmark has no recorder. */
 extern "C" {
 __thread int rk_obs_internal_depth;

@@ -24,7 +24,7 @@
  * is issue 21's target, and the host CPU of the GPU machine shows it
  * without a GPU.
  *
- * The MPI plugin's recorder of observed allocations (mpi/recorder.c, built
+ * The MPI plugin's recorder of observed allocations (mpi/observe/recorder.c, built
  * in) has two rows of its own, without and with call sites (8 frames, the
  * plugin's default): each thread records an allocation of its sizes at one
  * of 8 addresses of its own, as a pool hands them out, and forgets it (the

@@ -20,7 +20,7 @@ RANKMEM_API rankmem_resource_t *rankmem_mpi_resource(void);
 /* Writes a report now (collective over comm). path NULL: RANKMEM_REPORT. */
 RANKMEM_API rankmem_status_t rankmem_mpi_report(MPI_Comm comm, const char *path);
 
-/* ---- observation (mpi/observe_api.c; docs/observe.md) ----
+/* ---- observation (mpi/observe/observe_api.c; docs/observe.md) ----
  * The recorder behind the report's observed memory sees the program's CUDA
  * allocations by itself (RANKMEM_OBSERVE). These calls tell it of memory it
  * cannot see (an allocator of one's own over the driver, a test's synthetic

@@ -7,7 +7,7 @@
  *
  *   - the first allocation the rank cannot get: rankmem's chain returning
  *     RANKMEM_ERR_OUT_OF_MEMORY (mpi/timing.c) or an observed CUDA
- *     allocation returning out of memory (mpi/observe.c). The rank may
+ *     allocation returning out of memory (mpi/observe/observe.c). The rank may
  *     recover: the record is written, one sentence of diagnosis goes to
  *     stderr, and the finalize report names the event;
  *   - MPI_Abort, exit() without MPI_Finalize: written in the caller's

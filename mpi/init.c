@@ -7,9 +7,9 @@
  *      RANKMEM_MPI_VERBOSE; take the node-local rank from the launcher's
  *      environment and select the device, so that the MPI library's own
  *      GPU resources land on it;
- *      then start observation (mpi/observe.c: the recorder, CUPTI), so
+ *      then start observation (mpi/observe/observe.c: the recorder, CUPTI), so
  *      that allocations made around MPI_Init are seen, and configure
- *      serving (mpi/intercept.c);
+ *      serving (mpi/observe/intercept.c);
  *   2. PMPI_Init;
  *   3. the node-local rank from MPI_Comm_split_type(MPI_COMM_TYPE_SHARED)
  *      (it wins over the environment: the device is selected again if they

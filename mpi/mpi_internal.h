@@ -11,10 +11,10 @@
 
 #define RK_MPI_HIDDEN __attribute__((visibility("hidden")))
 
-/* The record is the report model's (common/report_model.h): one
+/* The record is the report model's (report/model.h): one
  * definition for the plugin that writes it and rankmem-report that reads
  * it. The names below are the plugin's for the same things. */
-#include "report_model.h"
+#include "model.h"
 
 #define RK_MPI_RECORD_VERSION RM_RECORD_VERSION
 

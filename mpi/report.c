@@ -145,7 +145,7 @@ static const char *fmt_ns(char *buf, size_t len, double ns)
 
 /* ------------------------------------------------------------------------
  * What is summed up over the ranks: the model's table and aggregation
- * (common/report_model.c), the same that rankmem-report computes. */
+ * (report/model.c), the same that rankmem-report computes. */
 
 #define NFIELDS ((size_t)RM_NAGG)
 #define fields rm_agg_fields
@@ -1406,7 +1406,7 @@ static int write_report(const settings_t *s, const rk_mpi_record_t *rec, int n, 
 /* ------------------------------------------------------------------------
  * The collective. */
 
-/* ---- observed memory (the recorder, mpi/recorder.h) ---- */
+/* ---- observed memory (the recorder, mpi/observe/recorder.h) ---- */
 
 static void copy_counts(rm_counts_t *d, const rk_obs_counts_t *c)
 {

@@ -601,7 +601,7 @@ static rankmem_status_t check_spec(const char *name, const char *value)
     return rk_spec_check_named(name, value);
 }
 
-/* RK_OBS_MAX_FRAMES of mpi/recorder.h: the recorder keeps at most 32 frames. */
+/* RK_OBS_MAX_FRAMES of mpi/observe/recorder.h: the recorder keeps at most 32 frames. */
 #define OBSERVE_MAX_FRAMES 32
 
 static rankmem_status_t check_backtrace(const char *name, const char *value)

@@ -8,7 +8,7 @@
  *
  * Exit status: 0; 1 when an option has a bad value (it is reported); 2 on a
  * bad command line. */
-/* dladdr, dl_iterate_phdr and dlinfo for mpi/cupti_find.h */
+/* dladdr, dl_iterate_phdr and dlinfo for mpi/observe/cupti_find.h */
 #define _GNU_SOURCE
 #include "config.h"
 

@@ -22,7 +22,7 @@
 #define _GNU_SOURCE
 #include "ipc_map.h"
 #include "ipc_fd.h"
-#include "../recorder.h"
+#include "../observe/recorder.h"
 #include "staging.h"
 
 #include <fcntl.h>

@@ -1,4 +1,4 @@
-/* The observation recorder (mpi/recorder.c) fed by a synthetic source: the
+/* The observation recorder (mpi/observe/recorder.c) fed by a synthetic source: the
  * calls the CUPTI callbacks and the interposer make, by hand, with a clock
  * of the test's own. Counts by kind and source, leaks by call site,
  * timeline merging, phases, the bounds, 10 million events in bounded

@@ -1,4 +1,4 @@
-/* Observation's CUPTI callback (mpi/observe.c) fed by hand, as CUPTI calls
+/* Observation's CUPTI callback (mpi/observe/observe.c) fed by hand, as CUPTI calls
  * it, into the real recorder: what is recorded, of which kind and source,
  * with which size; a call seen at both levels counted once; failures not
  * recorded; frees taken at the call's start. No GPU, no CUPTI library, no

@@ -1,4 +1,4 @@
-/* Serving's pure parts (mpi/intercept_map.c), on the CPU: the map of served
+/* Serving's pure parts (mpi/observe/intercept_map.c), on the CPU: the map of served
  * blocks (insert, find, remove, growth, tombstones, 8 threads at once) and
  * the decision whether a cudaMalloc is served or sent to CUDA. */
 #define _GNU_SOURCE

@@ -1,4 +1,4 @@
-/* The observation recorder (mpi/recorder.c) fed by 16 threads at once, as
+/* The observation recorder (mpi/observe/recorder.c) fed by 16 threads at once, as
  * the served allocations of RANKMEM_INTERCEPT=cuda feed it (issue 21): each
  * thread records and frees known blocks, frees blocks another thread
  * recorded, and a reader queries and marks phases meanwhile. After the

@@ -1,7 +1,7 @@
-/* TAP: the JSON reader of rankmem's tools (tools/json.c): values, exact
+/* TAP: the JSON reader of rankmem's tools (report/json.c): values, exact
  * 64-bit integers, strings and escapes, and every kind of bad input refused
  * with its line and column, without a crash (also under ASan). */
-#include "../../tools/json.h"
+#include "../../report/json.h"
 #include "../tap.h"
 
 #include <math.h>

@@ -1,10 +1,10 @@
-/* TAP: the report model (common/report_model.c), which the MPI plugin
+/* TAP: the report model (report/model.c), which the MPI plugin
  * writes with and rankmem-report reads with: every field of a record
  * written as JSON and as CSV reads back the same through the tool's reader
  * (one field table for both), the aggregation's ties and imbalance, the
  * per-node summary, the timeline's resampling, the call sites' hash. */
-#include "report_model.h"
-#include "../../tools/report.h"
+#include "model.h"
+#include "../../report/report.h"
 #include "../tap.h"
 
 #include <math.h>

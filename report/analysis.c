@@ -1,5 +1,5 @@
 /* rankmem-report: what is computed over the ranks of a report: the report
- * model's aggregation (common/report_model.c), the plugin's own, run
+ * model's aggregation (report/model.c), the plugin's own, run
  * again here so that a CSV, which has only the records, gets it too. */
 #include "report.h"
 

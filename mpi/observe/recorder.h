@@ -1,6 +1,6 @@
 /* Observation's recorder (issue 19): every device, managed, pinned-host and
  * VMM-mapped allocation and free of the process, whoever made it, in bounded
- * memory. Sources feed it (mpi/observe.c: CUPTI callbacks; mpi/intercept.c:
+ * memory. Sources feed it (mpi/observe/observe.c: CUPTI callbacks; mpi/observe/intercept.c:
  * the cudaMalloc interposer; tests: the same calls by hand); the report
  * (mpi/report.c) reads it. Plain C: no MPI, no CUDA, so that it is tested on
  * the CPU. Thread-safe: any thread may feed it at any time after
@@ -130,7 +130,7 @@ static inline int rk_in_ranges(const rk_code_range_t *ranges, int n, uintptr_t p
  * it as RK_OBS_RANKMEM. Per thread. */
 RK_MPI_HIDDEN extern __thread int rk_obs_internal_depth;
 
-/* Set by rankmem's interposed runtime entry points (mpi/intercept.c) while
+/* Set by rankmem's interposed runtime entry points (mpi/observe/intercept.c) while
  * they pass a call on to CUDA: the program's calling instruction and the
  * API it called. A source that records the call without unwinding (the
  * stream-ordered allocations, whose cost is too small to pay for a

@@ -104,7 +104,7 @@ void rr_report_free(rr_report_t *rep)
 }
 
 /* ------------------------------------------------------------------------
- * The record's fields: the report model's table (common/report_model.c),
+ * The record's fields: the report model's table (report/model.c),
  * the one the plugin writes with, for JSON (dotted keys are nested
  * objects) and CSV (dotted keys are column names) alike. */
 

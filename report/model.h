@@ -29,7 +29,7 @@
 #define RM_BIND_MISMATCH 0x4u   /* launcher's local rank != communicator's */
 #define RM_BIND_NONE 0x8u       /* RANKMEM_BIND=none: the application chose */
 
-/* Observed memory (mpi/recorder.h), by kind as rk_obs_kind_t. */
+/* Observed memory (mpi/observe/recorder.h), by kind as rk_obs_kind_t. */
 enum { RM_OBS_DEVICE, RM_OBS_MANAGED, RM_OBS_PINNED, RM_OBS_VMM, RM_OBS_NKINDS };
 /* As rk_obs_state_t. */
 enum { RM_OBS_OFF = 0, RM_OBS_ON = 1, RM_OBS_UNAVAILABLE = 2 };

@@ -9,10 +9,10 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "report_model.h"
+#include "model.h"
 
 /* The fields aggregated over ranks: the report model's (common/
- * report_model.h), under the names the tool's parts have used. */
+ * report/model.h), under the names the tool's parts have used. */
 #define RR_BYTES_PEAK RM_BYTES_PEAK
 #define RR_BYTES_CURRENT RM_BYTES_CURRENT
 #define RR_BYTES_TOTAL RM_BYTES_TOTAL

@@ -1,9 +1,9 @@
-/* The per-rank report's one model: see report_model.h. */
+/* The per-rank report's one model: see report/model.h. */
 #ifdef HAVE_CONFIG_H
 #include <config.h>
 #endif
 
-#include "report_model.h"
+#include "model.h"
 
 #include <math.h>
 #include <stdarg.h>

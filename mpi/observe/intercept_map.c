@@ -1,4 +1,4 @@
-/* The served-block map and the serving decision of mpi/intercept.c (see
+/* The served-block map and the serving decision of mpi/observe/intercept.c (see
  * intercept_map.h). Pure C: no CUDA, no MPI. */
 #define _GNU_SOURCE
 #include "intercept_map.h"

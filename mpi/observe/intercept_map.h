@@ -1,4 +1,4 @@
-/* The pure parts of serving (mpi/intercept.c, RANKMEM_INTERCEPT=cuda): the
+/* The pure parts of serving (mpi/observe/intercept.c, RANKMEM_INTERCEPT=cuda): the
  * map of the blocks served to the program (pointer -> size) and the decision
  * whether one cudaMalloc is served or goes to CUDA. No CUDA and no MPI here,
  * so that both are unit-tested on the CPU (tests/observe_unit/).

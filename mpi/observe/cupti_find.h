@@ -1,5 +1,5 @@
 /* Finding and loading CUPTI at run time (issue 19), one way for the MPI
- * plugin's observation (mpi/observe.c) and for rankmem-info, so that what
+ * plugin's observation (mpi/observe/observe.c) and for rankmem-info, so that what
  * rankmem-info says is what the plugin will do.
  *
  * CUPTI is never a link-time dependency: it ships with the CUDA toolkit, not

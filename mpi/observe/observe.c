@@ -2,7 +2,7 @@
  * and VMM-mapped allocation and free of the process, from the runtime and
  * driver API callbacks of CUPTI, fed to the recorder (recorder.h).
  *
- * - CUPTI is dlopened (mpi/cupti_find.h) and every cupti* function resolved
+ * - CUPTI is dlopened (mpi/observe/cupti_find.h) and every cupti* function resolved
  *   with dlsym: the plugin has no link-time dependency on it, and a build
  *   without cupti.h compiles this file to "unavailable".
  * - Callbacks are enabled per callback id, not per domain: a domain would
