@@ -19,6 +19,7 @@
 
 #include "mpi_internal.h"
 #include "recorder.h"
+#include "report.h" /* report/: the reader and the text renderer */
 
 #include <rankmem_mpi.h>
 
@@ -100,48 +101,6 @@ typedef rm_buf_t sbuf_t;
 #define sb_putc rm_putc
 #define sb_json_str rm_json_str
 #define sb_json_num rm_json_num
-
-/* ------------------------------------------------------------------------
- * Human-readable quantities for the text report (exact values are in the
- * JSON and CSV). */
-
-static const char *fmt_bytes(char *buf, size_t len, double v)
-{
-    static const char *const units[] = {"B", "KiB", "MiB", "GiB", "TiB", "PiB"};
-    int u = 0;
-    if (v < 1024.0) {
-        snprintf(buf, len, "%.0f B", v);
-        return buf;
-    }
-    while (v >= 1024.0 && u < 5) {
-        v /= 1024.0;
-        u++;
-    }
-    snprintf(buf, len, "%.2f %s", v, units[u]);
-    return buf;
-}
-
-static const char *fmt_count(char *buf, size_t len, double v, int integral)
-{
-    if (integral)
-        snprintf(buf, len, "%.0f", v);
-    else
-        snprintf(buf, len, "%.1f", v);
-    return buf;
-}
-
-static const char *fmt_ns(char *buf, size_t len, double ns)
-{
-    if (ns < 1e3)
-        snprintf(buf, len, "%.0f ns", ns);
-    else if (ns < 1e6)
-        snprintf(buf, len, "%.2f us", ns / 1e3);
-    else if (ns < 1e9)
-        snprintf(buf, len, "%.2f ms", ns / 1e6);
-    else
-        snprintf(buf, len, "%.3f s", ns / 1e9);
-    return buf;
-}
 
 /* ------------------------------------------------------------------------
  * What is summed up over the ranks: the model's table and aggregation
@@ -665,371 +624,51 @@ static void analysis_free(analysis_t *a)
     free(a->top);
 }
 
-static const char *field_label(const analysis_t *a, size_t f)
-{
-    return rm_agg_label((int)f, a->source, strcmp(a->phase, "finalize") == 0);
-}
+static void json_report(sbuf_t *b, const analysis_t *a);
 
-static const char *fmt_field(char *buf, size_t len, size_t f, double v, int exact)
-{
-    switch (fields[f].unit) {
-    case RM_UNIT_BYTES:
-        return fmt_bytes(buf, len, v);
-    case RM_UNIT_NS:
-        return fmt_ns(buf, len, v);
-    case RM_UNIT_COUNT:
-        break;
-    }
-    return fmt_count(buf, len, v, exact);
-}
-
-/* "1, 3, 5 and 4 more" */
-static void rank_list(sbuf_t *b, const rk_mpi_record_t *rec, int n, uint32_t flag, int total)
-{
-    int shown = 0;
-    for (int i = 0; i < n && shown < RK_TEXT_LIST; i++)
-        if (rec[i].flags & flag)
-            sb_printf(b, "%s%d", shown++ ? ", " : "", rec[i].rank);
-    if (total > shown)
-        sb_printf(b, " and %d more", total - shown);
-}
-
-/* Observed memory (issue 19): the program's device memory per rank as CUDA
- * saw it, beside what rankmem served; why it was not observed; the leaks
- * by call site; the phases. */
-static void text_observed(sbuf_t *b, const analysis_t *a)
-{
-    const rk_mpi_record_t *rec = a->rec;
-    char b1[48], b2[48], b3[48], b4[48], b5[48];
-    int n_on = 0;
-    /* "device allocations not observed: WHY" once per distinct reason */
-    distinct_t why[RK_DISTINCT];
-    int nwhy = 0, more_why = 0;
-    for (int i = 0; i < a->n; i++) {
-        if (rec[i].version == 0)
-            continue;
-        if (rec[i].obs.state == RM_OBS_ON)
-            n_on++;
-        else
-            note_distinct(why, &nwhy, &more_why,
-                          rec[i].obs.why[0] ? rec[i].obs.why : rm_state_name(rec[i].obs.state));
-    }
-    sb_printf(b, "\nobserved device memory (the program's, as CUDA saw it; served: by rankmem)\n");
-    for (int k = 0; k < nwhy; k++)
-        sb_printf(b, "  device allocations not observed: %s (%d of %d ranks)\n", why[k].s,
-                  why[k].count, a->n);
-    if (more_why)
-        sb_printf(b, "  device allocations not observed on %d more ranks (JSON: ranks[].observed.why)\n",
-                  more_why);
-    const agg_t *g = &a->agg[RM_OBS_GPU_PEAK], *sv = &a->agg[RM_OBS_SERVED_PEAK];
-    sb_printf(b, "  %-17s %12s %12s %6s %12s %12s %9s\n", "", "min", "max", "rank", "mean",
-              "std dev", "max/mean");
-    for (int k = 0; k < 2; k++) {
-        const agg_t *x = k ? sv : g;
-        char imb[24];
-        if (isfinite(x->imbalance))
-            snprintf(imb, sizeof imb, "%.2f", x->imbalance);
-        else
-            snprintf(imb, sizeof imb, "-");
-        sb_printf(b, "  %-17s %12s %12s %6d %12s %12s %9s\n", k ? "served peak" : "observed peak",
-                  fmt_bytes(b1, sizeof b1, (double)x->min), fmt_bytes(b2, sizeof b2, (double)x->max),
-                  x->max_rank, fmt_bytes(b3, sizeof b3, x->mean), fmt_bytes(b4, sizeof b4, x->std),
-                  imb);
-    }
-    /* Per rank: all of them when few, else the largest observed peaks. */
-    int shown = 0;
-    sb_printf(b, "  %6s %12s %12s %12s %12s %12s %10s\n", "rank", "observed", "peak", "served",
-              "served peak", "rankmem's", "live");
-    for (int i = 0; i < a->n && shown < RK_TEXT_TOP; i++) {
-        const rk_mpi_record_t *r = &rec[a->n <= RK_TEXT_TOP ? i : a->top_obs[i]];
-        if (a->n > RK_TEXT_TOP && i >= a->ntop_obs)
-            break;
-        sb_printf(b, "  %6d %12s %12s %12s %12s %12s %10llu%s\n", r->rank,
-                  fmt_bytes(b1, sizeof b1, (double)r->obs.gpu.current),
-                  fmt_bytes(b2, sizeof b2, (double)r->obs.gpu.peak),
-                  fmt_bytes(b3, sizeof b3, (double)r->obs.served.current),
-                  fmt_bytes(b4, sizeof b4, (double)r->obs.served.peak),
-                  fmt_bytes(b5, sizeof b5, (double)r->obs.rankmem_peak),
-                  (unsigned long long)r->obs.gpu.live,
-                  r->obs.state == RM_OBS_ON ? "" : " (not observed)");
-        shown++;
-    }
-    if (a->n > shown)
-        sb_printf(b, "  ... %d more ranks (the largest observed peaks are shown; JSON: "
-                     "ranks[].observed)\n", a->n - shown);
-
-    if (a->x && a->x->leaks) {
-        const extras_t *x = a->x;
-        sb_printf(b, "\nleaks by call site (%d site%s; each rank names its %d largest)\n",
-                  x->nsites, x->nsites == 1 ? "" : "s", RM_LEAK_TOP);
-        if (x->nsites == 0)
-            sb_printf(b, "  none observed\n");
-        for (int i = 0; i < x->nsites; i++) {
-            const site_agg_t *st = &x->sites[i];
-            sb_printf(b, "  %s: %d of %d ranks, %s in %llu block%s (first rank %d)\n", st->text,
-                      st->ranks, a->n, fmt_bytes(b1, sizeof b1, (double)st->bytes),
-                      (unsigned long long)st->count, st->count == 1 ? "" : "s", st->first_rank);
-        }
-    }
-    if (a->x && a->x->nphases > 0) {
-        const extras_t *x = a->x;
-        sb_printf(b, "\nphases (observed GPU peak per phase over ranks)\n");
-        sb_printf(b, "  %-24s %10s %10s %12s %12s %6s %12s\n", "phase", "start", "end", "min",
-                  "max", "rank", "mean");
-        for (int i = 0; i < x->nphases; i++) {
-            const phase_agg_t *p = &x->phases[i];
-            sb_printf(b, "  %-24s %9.3fs %9.3fs %12s %12s %6d %12s\n", p->name, p->t_start_s,
-                      p->t_end_s, fmt_bytes(b1, sizeof b1, (double)p->peak_min),
-                      fmt_bytes(b2, sizeof b2, (double)p->peak_max), p->peak_max_rank,
-                      fmt_bytes(b3, sizeof b3, p->peak_mean));
-        }
-    }
-}
-
-/* ------------------------------------------------------------------------
- * The text report. */
-
+/* The text is rankmem-report's (report/text.c) over the JSON document this
+ * report writes, read back by the tool's reader: one renderer, so that the
+ * plugin's text and the tool's are the same tables. */
 static void text_report(sbuf_t *b, const analysis_t *a)
 {
-    const rk_mpi_record_t *rec = a->rec;
-    char b1[48], b2[48], b3[48], b4[48], b5[48];
-
-    sb_printf(b, "==== rankmem memory report (%s) ====\n\n", a->phase);
-
-    sb_printf(b, "job\n");
-    sb_printf(b, "  job id          %s%s%s%s\n", a->jobid, a->jobid_src ? " (" : "",
-              a->jobid_src ? a->jobid_src : "", a->jobid_src ? ")" : " (no launcher job id)");
-    int per_node_max = 0;
-    for (int k = 0; k < a->nnodes; k++)
-        if ((int)a->nodes[k].count > per_node_max)
-            per_node_max = (int)a->nodes[k].count;
-    sb_printf(b, "  ranks           %d on %d node%s (at most %d per node)\n", a->n, a->nnodes,
-              a->nnodes == 1 ? "" : "s", per_node_max);
-    if (a->n > 0 && rec[0].size != a->n)
-        sb_printf(b, "  world size      %d (this report covers a communicator of %d)\n",
-                  rec[0].size, a->n);
-    sb_printf(b, "  phase           %s (%s)\n", a->phase, a->trigger);
-    sb_printf(b, "  wall time       %.3f s (longest rank, since MPI_Init)\n", a->wall_max);
-    sb_printf(b, "  written         %s by pid %ld on %s\n", a->when, a->pid, a->host);
-    for (int i = 0; i < a->nspecs; i++)
-        sb_printf(b, "  %-15s %s%s\n", i ? "" : a->nspecs + a->more_specs > 1 ? "specs" : "spec",
-                  a->specs[i].s[0] ? a->specs[i].s : "(none)",
-                  a->nspecs > 1 ? (snprintf(b1, sizeof b1, "  (%d ranks)", a->specs[i].count), b1)
-                                : "");
-    if (a->more_specs)
-        sb_printf(b, "  %-15s and %d ranks with other specs (JSON: ranks[].spec)\n", "",
-                  a->more_specs);
-    for (int i = 0; i < a->nbinds; i++)
-        sb_printf(b, "  %-15s %s%s\n", i ? "" : "binding", a->binds[i].s[0] ? a->binds[i].s : "?",
-                  a->nbinds > 1 ? (snprintf(b1, sizeof b1, "  (%d ranks)", a->binds[i].count), b1)
-                                : "");
-    if (a->more_binds)
-        sb_printf(b, "  %-15s and %d ranks with other modes\n", "", a->more_binds);
-    if (!a->n_fallback && !a->n_shared && !a->n_mismatch && !a->n_bind_none && !a->n_inactive) {
-        sb_printf(b, "  flags           none\n");
-    } else {
-        const char *lead = "flags";
-        if (a->n_fallback) {
-            sb_printf(b, "  %-15s host fallback (no GPU, host memory) on %d of %d ranks: ", lead,
-                      a->n_fallback, a->n);
-            rank_list(b, rec, a->n, RK_MPI_HOST_FALLBACK, a->n_fallback);
-            sb_printf(b, "\n");
-            lead = "";
-        }
-        if (a->n_shared) {
-            sb_printf(b, "  %-15s shared GPU (more ranks than GPUs on the node) on %d ranks: ",
-                      lead, a->n_shared);
-            rank_list(b, rec, a->n, RK_MPI_SHARED_GPU, a->n_shared);
-            sb_printf(b, "\n");
-            lead = "";
-        }
-        if (a->n_mismatch) {
-            sb_printf(b, "  %-15s bind mismatch (launcher's local rank differs; the communicator's "
-                         "was used) on %d ranks: ", lead, a->n_mismatch);
-            rank_list(b, rec, a->n, RK_MPI_BIND_MISMATCH, a->n_mismatch);
-            sb_printf(b, "\n");
-            lead = "";
-        }
-        if (a->n_bind_none) {
-            sb_printf(b, "  %-15s binding left to the application (RANKMEM_BIND=none) on %d ranks\n",
-                      lead, a->n_bind_none);
-            lead = "";
-        }
-        if (a->n_inactive) {
-            sb_printf(b, "  %-15s no rankmem plugin (MPI_Init did not go through it; zeros) on %d "
-                         "ranks:", lead, a->n_inactive);
-            int shown = 0;
-            for (int i = 0; i < a->n && shown < RK_TEXT_LIST; i++)
-                if (rec[i].version == 0)
-                    sb_printf(b, "%s %d", shown++ ? "," : "", rec[i].rank);
-            if (a->n_inactive > shown)
-                sb_printf(b, " and %d more", a->n_inactive - shown);
-            sb_printf(b, "\n");
-        }
+    char title[128], err[256] = "";
+    snprintf(title, sizeof title, "==== rankmem memory report (%s) ====", a->phase);
+    sbuf_t j;
+    memset(&j, 0, sizeof j);
+    json_report(&j, a);
+    rr_report_t rep;
+    rr_analysis_t ra;
+    memset(&rep, 0, sizeof rep);
+    memset(&ra, 0, sizeof ra);
+    int loaded = 0, analysed = 0;
+    char *mem = NULL;
+    size_t len = 0;
+    FILE *f = NULL;
+    if (j.oom || !j.p)
+        snprintf(err, sizeof err, "out of memory");
+    else if (rr_load_buffer("report", j.p, j.len, &rep, err, sizeof err) == 0) {
+        loaded = 1;
+        if (rr_analyse(&rep, &ra) != 0)
+            snprintf(err, sizeof err, "out of memory");
+        else if (analysed = 1, (f = open_memstream(&mem, &len)) == NULL)
+            snprintf(err, sizeof err, "open_memstream: %s", strerror(errno));
     }
-
-    /* Per node. */
-    /* Each table's header line says which memory it counts. */
-    const char *what = rm_headline_label(a->source);
-    int obs = a->source != RM_SRC_SERVED; /* served becomes a column beside */
-    sb_printf(b, "\nnodes (%d): %s\n", a->nnodes, what);
-    sb_printf(b, "  %-20s %5s  %-10s %11s %11s %6s %11s %11s", "host", "ranks", "devices",
-              "peak sum", "peak max", "rank", "leaked", "reserved");
-    if (obs)
-        sb_printf(b, " %11s", "served peak");
-    sb_printf(b, "  %s\n", "device free init -> final");
-    int *show = NULL, nshow = a->nnodes;
-    if (a->nnodes > RK_TEXT_NODES) {
-        /* Too many to list: the nodes with the largest peaks. */
-        show = malloc(sizeof(int) * RK_TEXT_NODES);
-        nshow = 0;
-        if (show) {
-            for (int k = 0; k < a->nnodes; k++) {
-                int pos = nshow;
-                while (pos > 0 && a->nodes[k].mem_peak_max > a->nodes[show[pos - 1]].mem_peak_max)
-                    pos--;
-                if (pos >= RK_TEXT_NODES)
-                    continue;
-                int last = nshow < RK_TEXT_NODES ? nshow : RK_TEXT_NODES - 1;
-                for (int j = last; j > pos; j--)
-                    show[j] = show[j - 1];
-                show[pos] = k;
-                if (nshow < RK_TEXT_NODES)
-                    nshow++;
-            }
-        }
-    }
-    for (int s = 0; s < nshow; s++) {
-        const node_t *nd = &a->nodes[show ? show[s] : s];
-        char devs[64];
-        size_t o = 0;
-        devs[0] = '\0';
-        if (nd->ndevices == 0)
-            snprintf(devs, sizeof devs, "host");
-        for (int d = 0; d < nd->ndevices && o < sizeof devs; d++)
-            o += (size_t)snprintf(devs + o, sizeof devs - o, "%s%d", d ? "," : "", nd->devices[d]);
-        if (nd->more_devices && o < sizeof devs)
-            snprintf(devs + o, sizeof devs - o, ",...");
-        char dev[96];
-        if (nd->ndevices)
-            snprintf(dev, sizeof dev, "%s -> %s of %s%s", fmt_bytes(b3, sizeof b3,
-                     (double)nd->dev_free_init_min), fmt_bytes(b4, sizeof b4,
-                     (double)nd->dev_free_final_min), fmt_bytes(b5, sizeof b5,
-                     (double)nd->dev_total), nd->shared ? " (shared)" : "");
+    if (f) {
+        rr_text_opts_t op = {10, 20, 32, 10, 50, 0, title};
+        rr_write_text(f, &ra, &op);
+        if (fclose(f) == 0 && mem)
+            rm_puts(b, mem);
         else
-            snprintf(dev, sizeof dev, "-");
-        sb_printf(b, "  %-20s %5d  %-10s %11s %11s %6d %11s %11s",
-                  rec[a->by_host[nd->first]].host, (int)nd->count, devs,
-                  fmt_bytes(b1, sizeof b1, (double)nd->mem_peak_sum),
-                  fmt_bytes(b2, sizeof b2, (double)nd->mem_peak_max), nd->mem_peak_max_rank,
-                  fmt_bytes(b3, sizeof b3, (double)nd->mem_leaked_sum),
-                  fmt_bytes(b4, sizeof b4, (double)nd->reserved_sum));
-        if (obs)
-            sb_printf(b, " %11s", fmt_bytes(b1, sizeof b1, (double)nd->peak_sum));
-        sb_printf(b, "  %s\n", dev);
+            snprintf(err, sizeof err, "writing the text failed");
     }
-    if (nshow < a->nnodes)
-        sb_printf(b, "  ... %d more nodes (the %d with the largest peaks are shown; all are in "
-                     "the JSON report)\n", a->nnodes - nshow, nshow);
-    free(show);
-
-    /* Aggregates. */
-    sb_printf(b, "\naggregates over %d ranks: %s\n", a->n, what);
-    sb_printf(b, "  %-17s %12s %12s %6s %12s %12s %9s\n", "", "min", "max", "rank", "mean",
-              "std dev", "max/mean");
-    for (size_t f = 0; f < NFIELDS; f++) {
-        const agg_t *g = &a->agg[f];
-        if (!rm_agg_shown((int)f, a->source))
-            continue;
-        char imb[24];
-        if (isfinite(g->imbalance))
-            snprintf(imb, sizeof imb, "%.2f", g->imbalance);
-        else
-            snprintf(imb, sizeof imb, "-");
-        sb_printf(b, "  %-17s %12s %12s %6d %12s %12s %9s\n", field_label(a, f),
-                  fmt_field(b1, sizeof b1, f, (double)g->min, 1),
-                  fmt_field(b2, sizeof b2, f, (double)g->max, 1), g->max_rank,
-                  fmt_field(b3, sizeof b3, f, g->mean, 0), fmt_field(b4, sizeof b4, f, g->std, 0),
-                  imb);
-    }
-
-    /* Leaks. */
-    int fin = strcmp(a->phase, "finalize") == 0;
-    /* The same blocks as "leaks by call site" when observed: both come
-     * from the recorder. */
-    sb_printf(b, "\n%s (%d of %d): %s\n", fin ? "ranks that leaked" : "ranks with live allocations",
-              a->nleaked, a->n, what);
-    if (a->nleaked == 0)
-        sb_printf(b, "  none\n");
-    else
-        sb_printf(b, "  %6s  %-20s %12s %12s%s\n", "rank", "host", fin ? "leaked" : "live",
-                  "allocations", obs ? (fin ? "  served leaked" : "    served live") : "");
-    for (int k = 0; k < a->nleaked && k < RK_TEXT_LEAKED; k++) {
-        const rk_mpi_record_t *r = &rec[a->leaked[k]];
-        rm_headline_t h;
-        rm_headline(r, &h);
-        sb_printf(b, "  %6d  %-20s %12s %12llu", r->rank, r->host,
-                  fmt_bytes(b1, sizeof b1, (double)h.current), (unsigned long long)h.live);
-        if (obs)
-            sb_printf(b, " %14s%s", fmt_bytes(b2, sizeof b2, (double)r->bytes_current),
-                      h.source == RM_SRC_OBSERVED ? "" : " (not observed)");
-        sb_printf(b, "\n");
-    }
-    if (a->nleaked > RK_TEXT_LEAKED)
-        sb_printf(b, "  ... %d more (JSON: leaked_ranks)\n", a->nleaked - RK_TEXT_LEAKED);
-
-    /* Allocations refused (issue 29): ranks that lived through an
-     * out-of-memory; their own failure files are folded in here. */
-    int nrefused = 0;
-    for (int i = 0; i < a->n; i++)
-        nrefused += rec[i].fail.oom_count > 0;
-    if (nrefused) {
-        sb_printf(b, "\nallocations refused (%d of %d ranks; the first of each)\n", nrefused,
-                  a->n);
-        int shown = 0;
-        for (int i = 0; i < a->n && shown < RK_TEXT_LEAKED; i++) {
-            const rm_failure_t *f = &rec[i].fail;
-            if (!f->oom_count)
-                continue;
-            shown++;
-            sb_printf(b, "  rank %d: %llu refused; %s of %s at %.3f s (%s): %s\n", rec[i].rank,
-                      (unsigned long long)f->oom_count, f->oom_api,
-                      fmt_bytes(b1, sizeof b1, (double)f->oom_bytes), (double)f->oom_t_ns / 1e9,
-                      f->oom_site[0] ? f->oom_site : "no call site", f->diagnosis);
-        }
-        if (nrefused > shown)
-            sb_printf(b, "  ... %d more (JSON: ranks[].failure)\n", nrefused - shown);
-    }
-
-    text_observed(b, a);
-
-    /* Top ranks. */
-    sb_printf(b, "\ntop ranks by peak: %s\n", what);
-    sb_printf(b, "  %6s  %-20s %5s %6s %12s %12s %12s %12s", "rank", "host", "local", "device",
-              "peak", "reserved", "total", "allocations");
-    if (obs)
-        sb_printf(b, " %12s %12s", "served peak", "rankmem's");
-    sb_printf(b, "\n");
-    for (int k = 0; k < a->ntop; k++) {
-        const rk_mpi_record_t *r = &rec[a->top[k]];
-        rm_headline_t h;
-        rm_headline(r, &h);
-        char dv[16];
-        if (r->device >= 0)
-            snprintf(dv, sizeof dv, "%d", r->device);
-        else
-            snprintf(dv, sizeof dv, "host");
-        sb_printf(b, "  %6d  %-20s %5d %6s %12s %12s %12s %12llu", r->rank, r->host,
-                  r->local_rank, dv, fmt_bytes(b1, sizeof b1, (double)h.peak),
-                  fmt_bytes(b2, sizeof b2, (double)r->reserved_peak),
-                  fmt_bytes(b3, sizeof b3, (double)h.total), (unsigned long long)h.count);
-        if (obs)
-            sb_printf(b, " %12s %12s%s", fmt_bytes(b4, sizeof b4, (double)r->bytes_peak),
-                      fmt_bytes(b5, sizeof b5, (double)r->obs.rankmem_peak),
-                      h.source == RM_SRC_OBSERVED ? "" : " (not observed)");
-        sb_printf(b, "\n");
-    }
-    sb_printf(b, "\n");
+    if (err[0]) /* the JSON and CSV are unaffected */
+        sb_printf(b, "%s\n\nno text report: %s\n", title, err);
+    free(mem);
+    if (analysed)
+        rr_analysis_free(&ra);
+    if (loaded)
+        rr_report_free(&rep);
+    free(j.p);
 }
 
 /* ------------------------------------------------------------------------

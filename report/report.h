@@ -1,6 +1,6 @@
 /* rankmem-report's parts (not installed): the report in memory, its
  * readers (report-read.c), the analysis over ranks (report-analysis.c),
- * the picture (report-svg.c). The layout of the files read is in
+ * the picture (svg.c). The layout of the files read is in
  * docs/report.md; the tool is described in docs/report-tool.md. */
 #ifndef RANKMEM_TOOLS_REPORT_H
 #define RANKMEM_TOOLS_REPORT_H
@@ -157,7 +157,25 @@ const char *rr_fmt_field(char *buf, size_t cap, int field, double v, int exact);
  * the report is not the final one, ... */
 const char *rr_field_label(const rr_analysis_t *a, int field);
 
-/* ---- the picture (report-svg.c) ---- */
+/* ---- the text (text.c): the plugin's and the tool's ---- */
+
+typedef struct {
+    size_t top;          /* top ranks by peak */
+    size_t leaked;       /* ranks that leaked, listed */
+    size_t nodes;        /* nodes listed */
+    int hist_bins;
+    int hist_width;
+    int all;             /* list everything */
+    const char *title;   /* the first line; NULL: "rankmem memory report: PATH (FORMAT...)" */
+} rr_text_opts_t;
+
+void rr_write_text(FILE *o, const rr_analysis_t *a, const rr_text_opts_t *op);
+/* A string for a terminal: control bytes and non-ASCII become '?'. */
+const char *rr_safe(const char *s, char *buf, size_t cap);
+/* Whether any rank's record has observed (CUDA-level) figures. */
+int rr_has_observed(const rr_report_t *rep);
+
+/* ---- the picture (svg.c) ---- */
 
 typedef struct {
     int order_by_peak;       /* 0: rank order; 1: largest peak first */

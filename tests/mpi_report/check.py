@@ -329,6 +329,27 @@ def check_text(text, doc, what, jobid=None):
         ok(any("host fallback" in l for l in lines), "%s: text: host fallback flagged" % what)
 
 
+def same_as_tool(text, json_path, what):
+    """The plugin's text is rankmem-report's renderer (report/text.c) over the
+    plugin's JSON: the two agree line for line below the first line."""
+    tool = os.path.join(os.environ.get("RKT_BUILDDIR", "."), "tools", "rankmem-report")
+    if not os.path.exists(tool):
+        ok(True, "# SKIP %s: rankmem-report not built" % what)
+        return
+    p = subprocess.run([tool, json_path], capture_output=True, text=True, timeout=120)
+    mine, theirs = text.splitlines()[1:], p.stdout.splitlines()[1:]
+    same = p.returncode == 0 and mine == theirs and len(mine) > 20
+    ok(same, "%s: the plugin's text is rankmem-report's over the same JSON (%d lines)"
+       % (what, len(mine)))
+    if not same:
+        for i, (x, y) in enumerate(zip(mine, theirs)):
+            if x != y:
+                diag("line %d: plugin %r, tool %r" % (i + 2, x, y))
+                break
+        diag("plugin %d lines, tool %d lines, tool rc %d %s" % (len(mine), len(theirs),
+                                                             p.returncode, p.stderr[-300:]))
+
+
 def files_in(d):
     return sorted(os.listdir(d))
 
@@ -402,6 +423,7 @@ def tests(top):
             with open(path_of(suffix, "txt")) as f:
                 text = f.read()
             check_text(text, doc, what, jobid)
+            same_as_tool(text, path_of(suffix, "json"), what)
     ok("report (finalize) written to " + path_of("", "txt") in err,
        "stderr names the files written")
     # The report over the even ranks, to the path given in the call.
