@@ -90,6 +90,9 @@ typedef struct {
     int serve_possible;
     char serve_setting[64];
     char serve[512];
+    int mps;           /* MPS's control pipe is there */
+    char mps_pipe[300];
+    char mps_effect[400];
 } mpi_info_t;
 
 typedef struct {
@@ -238,6 +241,17 @@ static void gather_mpi(info_t *in)
 
     /* Observation: the plugin, built with CUPTI's header, a GPU, and a
      * libcupti to load (the same search as the plugin's). */
+    /* MPS: ranks that share a GPU without it pay a context switch on small
+     * device messages (docs/staging.md); the plugin says so at MPI_Init. */
+    const char *mps_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
+    snprintf(m->mps_pipe, sizeof m->mps_pipe, "%s/control",
+             mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
+    m->mps = access(m->mps_pipe, F_OK) == 0;
+    snprintf(m->mps_effect, sizeof m->mps_effect, "%s",
+             m->mps ? "ranks that share a GPU share one context: small device messages are not slowed"
+                    : "ranks that share a GPU pay about 150 us per device message of 1 to 4 KiB "
+                      "(and below 4 KiB when not a multiple of 4 bytes); start MPS before the "
+                      "job (nvidia-cuda-mps-control -d) or run one rank per GPU");
     option_value("RANKMEM_OBSERVE", m->observe_setting, sizeof m->observe_setting);
     char why[1024] = "";
 #if HAVE_CUDA
@@ -459,6 +473,8 @@ static void print_text(const info_t *in)
     printf("  CUDA-aware:  %s (%s)\n", m->aware, m->aware_how);
     printf("  staging:     RANKMEM_STAGING=%s: %s\n", m->staging_setting, m->staging);
     printf("  MPIX query:  %s\n", m->mpix);
+    printf("  MPS:         %s (%s %s): %s\n", m->mps ? "running" : "not running",
+           m->mps ? "control pipe" : "no control pipe at", m->mps_pipe, m->mps_effect);
     printf("  observation: RANKMEM_OBSERVE=%s: %s\n", m->observe_setting, m->observe);
     if (m->cupti[0]) {
         if (m->cupti_version >= 0)
@@ -549,6 +565,10 @@ static int print_json(const info_t *in)
     json_string(m->serve_setting);
     printf(", \"effect\": ");
     json_string(m->serve);
+    printf("},\n          \"mps\": {\"running\": %s, \"control_pipe\": ", m->mps ? "true" : "false");
+    json_string(m->mps_pipe);
+    printf(", \"effect\": ");
+    json_string(m->mps_effect);
     printf("}},\n  \"devices\": [");
     for (int d = 0; d < in->ndev; d++) {
         const device_t *dv = &in->dev[d];

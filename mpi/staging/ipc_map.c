@@ -813,6 +813,9 @@ void rk_ipc_init(int mode, int cache, int stg_on)
         bus[0] = 0;
     }
 #endif
+    /* The test backend's ranks "share" one GPU when asked (RKT_FAKE_SHARED_GPU). */
+    if (fake && stg_on && getenv("RKT_FAKE_SHARED_GPU"))
+        snprintf(bus, sizeof bus, "fake-gpu");
     char *buses = calloc((size_t)nn, sizeof bus);
     int shared = 0;
     if (buses && PMPI_Allgather(bus, (int)sizeof bus, MPI_CHAR, buses, (int)sizeof bus, MPI_CHAR,
@@ -943,8 +946,18 @@ void rk_ipc_init(int mode, int cache, int stg_on)
      * alone on its node, or one that does not stage, is no refusal. */
     int wanted = mode != 2 && stg_on && nn > 1;
     int refused = wanted && !rk_ipc_on && (mode == 1 || why[0]) ? 1 : 0;
-    int lead = nr == 0 ? refused : 0, nodes[3] = {lead, nr == 0, rk_ipc_on}, sum[3] = {0, 0, 0};
-    PMPI_Allreduce(nodes, sum, 3, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    int lead = nr == 0 ? refused : 0;
+    int nodes[4] = {lead, nr == 0, rk_ipc_on, stg_on && rk_stg_shared_gpu}, sum[4] = {0, 0, 0, 0};
+    PMPI_Allreduce(nodes, sum, 4, MPI_INT, MPI_SUM, MPI_COMM_WORLD);
+    /* Ranks that share a GPU without MPS: what it costs, once for the job
+     * (the copies below avoid the context switch only for some sizes). */
+    if (me == 0 && sum[3] > 0)
+        rk_mpi_warn("staging: %d of %d ranks share their GPU with another rank of the node without "
+                    "MPS: device messages of 1 to 4 KiB, and those below 4 KiB whose size is not a "
+                    "multiple of 4 bytes, cost about 150 us each (the GPU switches between the "
+                    "processes' contexts; 7 to 15 us under MPS). Start MPS on each node before "
+                    "the job: nvidia-cuda-mps-control -d (docs/staging.md)",
+                    sum[3], world_size);
     /* Some rank sends through IPC: every host receive from its size on may
      * meet a header. */
     if (sum[2] > 0)

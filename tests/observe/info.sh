@@ -74,6 +74,17 @@ if [ -f "$so" ]; then
         grep -q '^  staging:     RANKMEM_STAGING=on: on: .*whatever the MPI' "$tmp/on"
     RANKMEM_STAGING=sometimes "$info" >"$tmp/bad" 2>&1
     check "a bad RANKMEM_STAGING: every rank would stop" grep -q 'a bad value' "$tmp/bad"
+    # MPS: whether its control pipe is there, and what sharing a GPU costs without it.
+    mkdir -p "$tmp/mps"
+    CUDA_MPS_PIPE_DIRECTORY="$tmp/mps" "$info" >"$tmp/nomps" 2>/dev/null
+    check "MPS not running: it says so, what ranks sharing a GPU pay, and how to start it" \
+        sh -c "grep -q '^  MPS:  *not running (no control pipe at $tmp/mps/control)' '$tmp/nomps' &&
+               grep -q 'nvidia-cuda-mps-control -d' '$tmp/nomps'"
+    : >"$tmp/mps/control"
+    CUDA_MPS_PIPE_DIRECTORY="$tmp/mps" "$info" >"$tmp/mps.out" 2>/dev/null
+    check "MPS running (its control pipe there): it says so" grep -q '^  MPS:  *running' "$tmp/mps.out"
+    CUDA_MPS_PIPE_DIRECTORY="$tmp/mps" "$info" --json >"$tmp/mps.json" 2>/dev/null
+    check "--json: mpi.mps.running" grep -q '"mps": {"running": true' "$tmp/mps.json"
     # The run-time awareness query under the plugin (mpi/mpix.c): 1 where
     # a rank stages, the MPI's own answer where none can.
     if grep -q '^  no GPU: ' "$tmp/out"; then
