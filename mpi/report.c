@@ -47,11 +47,7 @@
 /* The JSON document's own version (its layout), apart from the record's. */
 #define RK_REPORT_SCHEMA RM_REPORT_SCHEMA
 
-/* How much of the long lists the text report shows; JSON and CSV have all. */
-#define RK_TEXT_TOP 10       /* top ranks by peak */
-#define RK_TEXT_LEAKED 20    /* ranks that leaked */
-#define RK_TEXT_NODES 32     /* per-node lines */
-#define RK_TEXT_LIST 8       /* ranks named in a flag line */
+#define RK_TEXT_TOP 10       /* the JSON's top_by_peak */
 #define RK_DISTINCT 16       /* distinct specs / bind modes kept */
 
 #define RK_EXPORT __attribute__((visibility("default")))
@@ -480,8 +476,6 @@ typedef struct {
     int nnodes;
     int *top;              /* the RK_TEXT_TOP largest peaks */
     int ntop;
-    int *top_obs;          /* the RK_TEXT_TOP largest observed GPU peaks */
-    int ntop_obs;
     int *leaked;           /* indices with headline bytes live, largest first */
     int nleaked;
     int source;            /* the headline's: RM_SRC_* (rm_headline_source) */
@@ -576,10 +570,6 @@ static int analyse(analysis_t *a)
     /* One story: the headline (observed, or served) orders and lists. */
     a->source = rm_headline_source(rec, (size_t)n, &a->nobs);
     a->ntop = top_by(rec, n, RM_MEM_PEAK, a->top);
-    a->top_obs = malloc(sizeof(int) * RK_TEXT_TOP);
-    if (!a->top_obs)
-        return -1;
-    a->ntop_obs = top_by(rec, n, RM_OBS_GPU_PEAK, a->top_obs);
 
     a->nleaked = 0;
     for (int i = 0; i < n; i++)
@@ -617,25 +607,19 @@ static int analyse(analysis_t *a)
 
 static void analysis_free(analysis_t *a)
 {
-    free(a->top_obs);
     free(a->by_host);
     free(a->nodes);
     free(a->leaked);
     free(a->top);
 }
 
-static void json_report(sbuf_t *b, const analysis_t *a);
-
-/* The text is rankmem-report's (report/text.c) over the JSON document this
- * report writes, read back by the tool's reader: one renderer, so that the
+/* The text is rankmem-report's (report/text.c) over the JSON document j of
+ * this report, read back by the tool's reader: one renderer, so that the
  * plugin's text and the tool's are the same tables. */
-static void text_report(sbuf_t *b, const analysis_t *a)
+static void text_report(sbuf_t *b, const analysis_t *a, const sbuf_t *j)
 {
     char title[128], err[256] = "";
     snprintf(title, sizeof title, "==== rankmem memory report (%s) ====", a->phase);
-    sbuf_t j;
-    memset(&j, 0, sizeof j);
-    json_report(&j, a);
     rr_report_t rep;
     rr_analysis_t ra;
     memset(&rep, 0, sizeof rep);
@@ -644,17 +628,21 @@ static void text_report(sbuf_t *b, const analysis_t *a)
     char *mem = NULL;
     size_t len = 0;
     FILE *f = NULL;
-    if (j.oom || !j.p)
+    if (j->oom || !j->p)
         snprintf(err, sizeof err, "out of memory");
-    else if (rr_load_buffer("report", j.p, j.len, &rep, err, sizeof err) == 0) {
+    else if (rr_load_buffer("report", j->p, j->len, &rep, err, sizeof err) == 0) {
         loaded = 1;
         if (rr_analyse(&rep, &ra) != 0)
             snprintf(err, sizeof err, "out of memory");
-        else if (analysed = 1, (f = open_memstream(&mem, &len)) == NULL)
-            snprintf(err, sizeof err, "open_memstream: %s", strerror(errno));
+        else {
+            analysed = 1;
+            if ((f = open_memstream(&mem, &len)) == NULL)
+                snprintf(err, sizeof err, "open_memstream: %s", strerror(errno));
+        }
     }
     if (f) {
-        rr_text_opts_t op = {10, 20, 32, 10, 50, 0, title};
+        rr_text_opts_t op = RR_TEXT_OPTS_DEFAULT;
+        op.title = title;
         rr_write_text(f, &ra, &op);
         if (fclose(f) == 0 && mem)
             rm_puts(b, mem);
@@ -668,7 +656,6 @@ static void text_report(sbuf_t *b, const analysis_t *a)
         rr_analysis_free(&ra);
     if (loaded)
         rr_report_free(&rep);
-    free(j.p);
 }
 
 /* ------------------------------------------------------------------------
@@ -1015,10 +1002,10 @@ static int write_report(const settings_t *s, const rk_mpi_record_t *rec, int n, 
         return -1;
     }
     unsigned need = s->formats | (s->dest == DEST_FILES ? FMT_TEXT : 0); /* text: the fallback */
-    if (need & FMT_TEXT)
-        text_report(&docs[0], &a);
-    if (need & FMT_JSON)
+    if (need & (FMT_JSON | FMT_TEXT)) /* the text is rendered from the JSON */
         json_report(&docs[1], &a);
+    if (need & FMT_TEXT)
+        text_report(&docs[0], &a, &docs[1]);
     if (need & FMT_CSV)
         csv_report(&docs[2], &a);
     if (need & FMT_TIMELINE)

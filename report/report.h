@@ -169,6 +169,9 @@ typedef struct {
     const char *title;   /* the first line; NULL: "rankmem memory report: PATH (FORMAT...)" */
 } rr_text_opts_t;
 
+/* The lengths both the plugin and rankmem-report use unless told otherwise. */
+#define RR_TEXT_OPTS_DEFAULT {10, 20, 32, 10, 50, 0, NULL}
+
 void rr_write_text(FILE *o, const rr_analysis_t *a, const rr_text_opts_t *op);
 /* A string for a terminal: control bytes and non-ASCII become '?'. */
 const char *rr_safe(const char *s, char *buf, size_t cap);

@@ -24,6 +24,7 @@
 /* The plugin's own way of finding CUPTI, so that what is said here is what
  * the plugin will do. */
 #include "cupti_find.h"
+#include "mps.h"
 #endif
 
 /* From configure (m4/rankmem_mpi_info.m4) and the Makefile; defaults for a
@@ -243,10 +244,7 @@ static void gather_mpi(info_t *in)
      * libcupti to load (the same search as the plugin's). */
     /* MPS: ranks that share a GPU without it pay a context switch on small
      * device messages (docs/staging.md); the plugin says so at MPI_Init. */
-    const char *mps_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
-    snprintf(m->mps_pipe, sizeof m->mps_pipe, "%s/control",
-             mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
-    m->mps = access(m->mps_pipe, F_OK) == 0;
+    m->mps = rk_mps_running(m->mps_pipe, sizeof m->mps_pipe);
     snprintf(m->mps_effect, sizeof m->mps_effect, "%s",
              m->mps ? "ranks that share a GPU share one context: small device messages are not slowed"
                     : "ranks that share a GPU pay about 150 us per device message of 1 to 4 KiB "

@@ -385,7 +385,7 @@ static int load(const char *path, rr_report_t *rep, rr_analysis_t *a)
 
 int main(int argc, char **argv)
 {
-    opts_t op = {{10, 20, 32, 10, 50, 0, NULL}, NULL, NULL, 0, {0, 200, RR_CAP_AUTO, 0}};
+    opts_t op = {RR_TEXT_OPTS_DEFAULT, NULL, NULL, 0, {0, 200, RR_CAP_AUTO, 0}};
     static const char *files[MAX_FILES];
     int nfiles = 0, cmp = 0;
 

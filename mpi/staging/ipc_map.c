@@ -21,6 +21,7 @@
  * backend of the vmm (a memfd) the same path runs on the CPU tests. */
 #define _GNU_SOURCE
 #include "ipc_map.h"
+#include "../mps.h"
 #include "ipc_fd.h"
 #include "../observe/recorder.h"
 #include "staging.h"
@@ -827,11 +828,8 @@ void rk_ipc_init(int mode, int cache, int stg_on)
     /* Ranks sharing a GPU without MPS pay a context switch on small copies
      * (docs/staging.md); under MPS (its control pipe is there) they share
      * one context and plain copies are best. */
-    const char *mps_dir = getenv("CUDA_MPS_PIPE_DIRECTORY");
     char mps_path[512];
-    snprintf(mps_path, sizeof mps_path, "%s/control",
-             mps_dir && *mps_dir ? mps_dir : "/tmp/nvidia-mps");
-    int mps = access(mps_path, F_OK) == 0;
+    int mps = rk_mps_running(mps_path, sizeof mps_path);
     rk_stg_shared_gpu = shared && !mps;
     /* The rank's vmm pool: its memory goes through the fd service, whose
      * socket name holds a nonce of the job (node rank 0's, for the node). */

@@ -1065,14 +1065,12 @@ static void mb_typed(mb_t *m, int kind, int ti, size_t count, int op, int fill, 
     mb_make(m, kind, rts[ti].t, count, FILL_SENTINEL, 0);
     if (fill != FILL_PATTERN)
         return;
-    unsigned char *h = malloc(m->bytes);
-    for (size_t i = 0; i < m->bytes; i++)
-        h[i] = sentinel(i);
+    unsigned char *h = scratch; /* grown by mb_make above */
+    memcpy(h, sent0, m->bytes);
     unsigned char *d = h + (m->buf - m->base);
     for (size_t i = 0; i < count; i++)
         put_val(d + i * rts[ti].sz, ti, op, i, rank);
     mb_write(m, h);
-    free(h);
 }
 
 static void run_red(const case_t *c, int ref, res_t *r)
