@@ -24,8 +24,9 @@
 /* The plugin's own way of finding CUPTI, so that what is said here is what
  * the plugin will do. */
 #include "cupti_find.h"
-#include "mps.h"
 #endif
+/* MPS is looked for with any GPU runtime: the line is about the job. */
+#include "mps.h"
 
 /* From configure (m4/rankmem_mpi_info.m4) and the Makefile; defaults for a
  * build that does not define them. */
