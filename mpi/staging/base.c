@@ -63,6 +63,8 @@ static int fake;              /* test backend */
 static char *fake_base;
 static size_t fake_bytes;
 static char *fake_alias; /* a second mapping of the region (guarded tests), or NULL */
+static int fake_async;   /* its copies are done late (RKT_FAKE_ASYNC; copy_on_stream) */
+static uint64_t fake_rng;
 static size_t pool_bytes = (size_t)256 << 20; /* the option table's defaults */
 static size_t chunk_bytes = (size_t)4 << 20;
 static int stg_device = -1;  /* device the streams live on */
@@ -166,6 +168,11 @@ void rk_stg_fake_device(void *base, size_t bytes)
     fake = 1;
     fake_base = base;
     fake_bytes = bytes;
+    const char *a = getenv("RKT_FAKE_ASYNC");
+    if (a && *a && strcmp(a, "0") != 0) {
+        fake_async = 1;
+        fake_rng = strtoull(a, NULL, 10) * 2654435761u + (uint64_t)getpid();
+    }
 }
 
 void rk_stg_fake_alias(void *alias) { fake_alias = alias; }
@@ -563,8 +570,112 @@ static cudaError_t small_h2d(void *dst, const void *src, size_t n, cudaStream_t 
 }
 #endif
 
-/* The test backend's copies are done on return: its events are this. */
+/* The test backend's copies are done on return, and its events are this,
+ * unless the test asks for late copies (RKT_FAKE_ASYNC=seed, read by
+ * rk_stg_fake_device): then each copy is queued on its direction's stream
+ * and done later, in stream order, as a GPU's may be: when an event after it
+ * is waited for, when a test of that event happens to find it done (at
+ * random, from the seed), when its stream is synchronised, or at random on a
+ * later copy. A path that reads a staging buffer before its copy's event,
+ * or completes a receive before the copy into the user's buffer, then
+ * delivers stale bytes, which the tests' byte comparisons see. */
 static char fake_event;
+typedef struct fcopy {
+    struct fcopy *next;
+    char *dst;
+    const char *src;
+    size_t n, pitch, rows;
+    uint64_t seq;
+} fcopy_t;
+typedef struct {
+    char tag[4]; /* "fev": an event of the late-copy queue */
+    int stream;
+    uint64_t seq;
+} fevent_t;
+static pthread_mutex_t fq_lock = PTHREAD_MUTEX_INITIALIZER;
+static struct {
+    fcopy_t *head, *tail;
+    uint64_t seq_in, seq_done;
+} fq[2];
+
+static unsigned fake_coin(unsigned sides)
+{
+    fake_rng = fake_rng * 6364136223846793005ull + 1442695040888963407ull;
+    return (unsigned)(fake_rng >> 33) % sides;
+}
+
+static void fake_do(const fcopy_t *c)
+{
+    for (size_t i = 0; c->n && i < c->rows; i++)
+        memcpy((void *)fake_at(c->dst + i * c->pitch), fake_at(c->src + i * c->pitch), c->n);
+}
+
+/* Do stream s's queued copies up to seq (all: UINT64_MAX). Under fq_lock. */
+static void fake_run(int s, uint64_t seq)
+{
+    while (fq[s].head && fq[s].head->seq <= seq) {
+        fcopy_t *c = fq[s].head;
+        fq[s].head = c->next;
+        if (!fq[s].head)
+            fq[s].tail = NULL;
+        fake_do(c);
+        fq[s].seq_done = c->seq;
+        free(c);
+    }
+}
+
+/* Queue a copy on stream s; wait: done with the stream before return; ev_p:
+ * an event after it. 0 or -1. */
+static int fake_queue(int s, void *dst, const void *src, size_t n, size_t pitch, size_t rows,
+                      void **ev_p, int wait)
+{
+    fcopy_t *c = malloc(sizeof *c);
+    fevent_t *e = ev_p ? malloc(sizeof *e) : NULL;
+    if (!c || (ev_p && !e)) {
+        free(c);
+        free(e);
+        return -1;
+    }
+    pthread_mutex_lock(&fq_lock);
+    *c = (fcopy_t){NULL, dst, src, n, pitch, rows, ++fq[s].seq_in};
+    if (fq[s].tail)
+        fq[s].tail->next = c;
+    else
+        fq[s].head = c;
+    fq[s].tail = c;
+    if (e) {
+        *e = (fevent_t){"fev", s, c->seq};
+        *ev_p = e;
+    }
+    if (wait)
+        fake_run(s, UINT64_MAX);
+    else if (fake_coin(4) == 0) /* the other stream moves on meanwhile */
+        fake_run(1 - s, fq[1 - s].seq_done + 1 + fake_coin(3));
+    pthread_mutex_unlock(&fq_lock);
+    return 0;
+}
+
+static int fake_event_test(void *ev, int wait)
+{
+    fevent_t *e = ev;
+    pthread_mutex_lock(&fq_lock);
+    int done = fq[e->stream].seq_done >= e->seq;
+    if (!done && (wait || fake_coin(3) != 0)) {
+        fake_run(e->stream, e->seq);
+        done = 1;
+    }
+    pthread_mutex_unlock(&fq_lock);
+    return done;
+}
+
+/* Every queued copy done (finalize; a test's end). */
+static void fake_drain(void)
+{
+    pthread_mutex_lock(&fq_lock);
+    fake_run(0, UINT64_MAX);
+    fake_run(1, UINT64_MAX);
+    pthread_mutex_unlock(&fq_lock);
+}
 
 /* A copy on dir's stream of rows rows of n bytes, pitch bytes apart on
  * both sides (one row: a plain copy), followed by an event (*ev_p) or, when
@@ -580,6 +691,8 @@ static int copy_on_stream(void *dst, const void *src, size_t n, size_t pitch, si
                     dir == RK_STG_D2H ? "device-to-host" : "host-to-device");
         return -1;
     }
+    if (fake && fake_async)
+        return fake_queue(dir == RK_STG_D2H ? 0 : 1, dst, src, n, pitch, rows, ev_p, wait);
     if (fake) {
         for (size_t i = 0; n && i < rows; i++)
             memcpy((void *)fake_at((char *)dst + i * pitch), fake_at((const char *)src + i * pitch),
@@ -640,6 +753,8 @@ int rk_stg_event_test(void *ev)
 {
     if (!ev || ev == &fake_event)
         return 1;
+    if (fake)
+        return fake_event_test(ev, 0);
 #if HAVE_GPU
     cudaError_t err = cudaEventQuery((cudaEvent_t)ev);
     if (err == cudaSuccess)
@@ -658,6 +773,8 @@ int rk_stg_event_wait(void *ev)
 {
     if (!ev || ev == &fake_event)
         return 0;
+    if (fake)
+        return fake_event_test(ev, 1), 0;
 #if HAVE_GPU
     cudaError_t err = cudaEventSynchronize((cudaEvent_t)ev);
     return err == cudaSuccess ? 0 : cu_fail("cudaEventSynchronize", err);
@@ -670,6 +787,10 @@ void rk_stg_event_put(void *ev)
 {
     if (!ev || ev == &fake_event)
         return;
+    if (fake) {
+        free(ev); /* its copy, if not done yet, stays queued, as on a GPU */
+        return;
+    }
 #if HAVE_GPU
     pthread_mutex_lock(&cu_lock);
     if (nev_free < EV_CACHE) {
@@ -1281,6 +1402,8 @@ void rk_mpi_staging_finalize(void)
     rk_stg_p2p_finalize();
     rk_ipc_finalize();
     progress_hook(0);
+    if (fake_async)
+        fake_drain();
     pthread_mutex_lock(&pool_lock);
     int busy = 0;
     for (int i = 0; i < nchunks && chunk_used; i++)
