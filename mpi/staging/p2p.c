@@ -109,13 +109,21 @@ static int send_post(req_t *r, const void *buf, int dest, int tag, int mode, int
     int rc;
     int wdest = -1;
     if (r->L.contig && r->L.size >= RK_STG_IPC_MIN && mode != M_BSEND && rk_ipc_on &&
-        (wdest = rk_stg_to_world(r->comm, dest)) >= 0 &&
-        rk_stg_ipc_send_post(r, buf, dest, wdest, tag, mode, &rc))
-        return rc;
+        (wdest = rk_stg_to_world(r->comm, dest)) >= 0) {
+        rk_stg_sends_flush(); /* the header must not overtake deferred sends */
+        if (rk_stg_ipc_send_post(r, buf, dest, wdest, tag, mode, &rc))
+            return rc;
+    }
     int pipelined = r->L.contig && r->L.size > RK_STG_BIG && mode != M_BSEND &&
                     (wdest = rk_stg_to_world(r->comm, dest)) >= 0;
-    if (!pipelined)
+    if (!pipelined) {
+        /* Nonblocking: the copy runs on while the program goes on. */
+        if (!wait_ok && rk_stg_eager_defer(r, buf, dest, tag, mode, &rc))
+            return rc;
+        rk_stg_sends_flush();
         return rk_stg_eager_post(r, buf, dest, tag, mode, wait_ok);
+    }
+    rk_stg_sends_flush();
     return rk_stg_pipe_post(r, buf, dest, wdest, tag, mode, wait_ok);
 }
 
@@ -234,6 +242,8 @@ static int isend_dev(const void *buf, int count, MPI_Datatype dt, int dest, int 
         rc = rk_stg_req_publish(r, request);
     if (rc != MPI_SUCCESS) {
         /* What was posted must finish before its memory goes. */
+        if (r->state == S_DEFER)
+            rk_stg_sends_flush(); /* hands it to MPI, with the older ones */
         if (r->first != MPI_REQUEST_NULL)
             rk_stg_wait(&r->first, MPI_STATUS_IGNORE);
         if (r->ring) {
@@ -629,8 +639,9 @@ static inline int send_hook(const void *buf, int count, MPI_Datatype dt, int des
                             MPI_Comm comm, int mode)
 {
     if (RK_STG_LIKELY(!rk_stg_active) ||
-        (!rk_stg_is_device_dt(buf, count, dt) && !rk_stg_pending_now()))
+        (!rk_stg_is_device_dt(buf, count, dt) && !rk_stg_pending_now() && !rk_stg_deferred_now()))
         return psend(buf, count, dt, dest, tag, comm, mode);
+    rk_stg_sends_flush(); /* sends go to MPI in the program's order */
     if (dest != MPI_PROC_NULL && rk_stg_is_device_dt(buf, count, dt))
         return send_dev(buf, count, dt, dest, tag, comm, mode);
     if (mode == M_BSEND || !rk_stg_pending_now())
@@ -700,6 +711,7 @@ int rk_stg_isend_any(const void *buf, int count, MPI_Datatype dt, int dest, int 
 {
     if (RK_STG_LIKELY(!rk_stg_active) || dest == MPI_PROC_NULL ||
         !rk_stg_is_device_dt(buf, count, dt)) {
+        rk_stg_sends_flush(); /* not before the deferred sends (none: one load) */
         switch (mode) {
         case M_SSEND:
             return PMPI_Issend(buf, count, dt, dest, tag, comm, req);
@@ -783,9 +795,11 @@ RK_STG_EXPORT int MPI_Sendrecv(const void *sbuf, int scount, MPI_Datatype stype,
     int sdev = dest != MPI_PROC_NULL && rk_stg_is_device_dt(sbuf, scount, stype);
     int rdev = src != MPI_PROC_NULL && rk_stg_is_device_dt(rbuf, rcount, rtype);
     int big = src != MPI_PROC_NULL && rk_stg_big_recv(rcount, rtype);
-    if (!sdev && !rdev && !big && !rk_stg_pending_now() && !stash_any())
+    if (!sdev && !rdev && !big && !rk_stg_pending_now() && !stash_any() &&
+        !rk_stg_deferred_now())
         return PMPI_Sendrecv(sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag,
                              comm, status);
+    rk_stg_sends_flush();
     /* The send goes first and needs nothing more from us; then the receive. */
     req_t *s = NULL;
     MPI_Request hreq = MPI_REQUEST_NULL;
@@ -817,8 +831,9 @@ RK_STG_EXPORT int MPI_Sendrecv_replace(void *buf, int count, MPI_Datatype dt, in
         return PMPI_Sendrecv_replace(buf, count, dt, dest, stag, src, rtag, comm, status);
     int dev = rk_stg_is_device_dt(buf, count, dt);
     int big = src != MPI_PROC_NULL && rk_stg_big_recv(count, dt);
-    if (!dev && !big && !rk_stg_pending_now() && !stash_any())
+    if (!dev && !big && !rk_stg_pending_now() && !stash_any() && !rk_stg_deferred_now())
         return PMPI_Sendrecv_replace(buf, count, dt, dest, stag, src, rtag, comm, status);
+    rk_stg_sends_flush();
     /* Send from a copy (ours: the receive overwrites buf), then receive. */
     req_t *s = rk_stg_req_new(K_SEND, buf, count, dt, comm);
     if (!s)

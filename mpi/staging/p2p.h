@@ -35,7 +35,7 @@ enum { ACK_DONE = 0, ACK_SEND_DATA = 1, ACK_NONE = 2 };
 /* ---- staged requests ---- */
 
 enum { K_SEND = 1, K_RECV, K_WRAP };
-enum { S_FIRST = 1, S_SEGS, S_COPY, S_DONE, S_IPC, S_IPC_ACK, S_IPC_DATA };
+enum { S_FIRST = 1, S_SEGS, S_COPY, S_DONE, S_IPC, S_IPC_ACK, S_IPC_DATA, S_DEFER };
 
 typedef struct req {
     struct req *hnext;         /* table chain */
@@ -84,6 +84,10 @@ typedef struct req {
     rk_stg_done_fn done;       /* K_WRAP: runs once MPI's request (first) completed */
     void *done_arg;
     int no_ipc;                /* a send whose data must be copied out at once */
+    /* A deferred send (S_DEFER, staging/proto_eager.c): where its message
+     * goes once its copy out ends, and the next in the queue. */
+    int dest, tag, mode;
+    struct req *dnext;
     struct req *inext, *iprev; /* IPC receives with work left */
     struct {
         int seg;           /* segment in the slot, -1 when free */
@@ -123,6 +127,17 @@ RK_MPI_HIDDEN int rk_stg_advance(req_t *r);
 RK_MPI_HIDDEN int rk_stg_stage_in_all(req_t *r, const void *buf, int wait_ok);
 RK_MPI_HIDDEN int rk_stg_deliver(void *buf, int count, MPI_Datatype dt, int dev, const void *tmp,
                                  size_t bytes, MPI_Comm comm, size_t *copied);
+/* A nonblocking whole-message send whose copy runs on while the program
+ * goes on (S_DEFER): 1 when r took that path (*rc its result), 0 when it
+ * cannot (then rk_stg_eager_post). */
+RK_MPI_HIDDEN int rk_stg_eager_defer(req_t *r, const void *buf, int dest, int tag, int mode,
+                                     int *rc);
+/* Post the deferred sends whose copies ended, oldest first, stopping at the
+ * first still copying (wait: wait for each). Under rk_stg_eng. */
+RK_MPI_HIDDEN void rk_stg_sends_post_locked(int wait);
+/* Take a deferred send out of the queue (MPI_Cancel before it was posted).
+ * Under rk_stg_eng; 1 if it was there. */
+RK_MPI_HIDDEN int rk_stg_defer_cancel_locked(req_t *r);
 RK_MPI_HIDDEN int rk_stg_eager_post(req_t *r, const void *buf, int dest, int tag, int mode,
                                     int wait_ok);
 
@@ -130,6 +145,7 @@ RK_MPI_HIDDEN int rk_stg_eager_post(req_t *r, const void *buf, int dest, int tag
 
 /* Messages that went through the ring (verbose). */
 RK_MPI_HIDDEN extern long rk_stg_ring_msgs;
+RK_MPI_HIDDEN extern long rk_stg_deferred_msgs;
 RK_MPI_HIDDEN void rk_stg_ring_init(req_t *r, int peer, size_t total, size_t seg);
 RK_MPI_HIDDEN void rk_stg_ring_send_cancel(req_t *r);
 RK_MPI_HIDDEN int rk_stg_ring_advance(req_t *r);

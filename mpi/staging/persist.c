@@ -228,16 +228,22 @@ static int pers_start(pers_t *p)
 EXPORT int MPI_Start(MPI_Request *req)
 {
     pers_t *p = find(*req);
-    return p ? pers_start(p) : PMPI_Start(req);
+    if (p)
+        return pers_start(p);
+    rk_stg_sends_flush(); /* MPI's own persistent send: after the deferred ones */
+    return PMPI_Start(req);
 }
 
 EXPORT int MPI_Startall(int n, MPI_Request reqs[])
 {
+    rk_stg_sends_flush();
     if (!live())
         return PMPI_Startall(n, reqs);
     /* One at a time, in order: ours staged, MPI's started by MPI. */
     for (int i = 0; i < n; i++) {
         pers_t *p = find(reqs[i]);
+        if (!p)
+            rk_stg_sends_flush(); /* what the staged ones before it deferred */
         int rc = p ? pers_start(p) : PMPI_Start(&reqs[i]);
         if (rc != MPI_SUCCESS)
             return rc;

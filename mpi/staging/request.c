@@ -194,6 +194,8 @@ void rk_stg_ilist_del(req_t *r)
  * Under rk_stg_eng. */
 static void alist_advance(void)
 {
+    if (rk_stg_deferred_now())
+        rk_stg_sends_post_locked(0);
     for (req_t *r = alist, *next; r; r = next) {
         next = r->anext;
         advance_locked(r);
@@ -463,6 +465,12 @@ static int advance_locked(req_t *r)
         }
         return r->state == S_DONE;
     }
+    if (r->state == S_DEFER) {
+        /* In order: the older deferred sends go first. */
+        rk_stg_sends_post_locked(0);
+        if (r->state == S_DEFER)
+            return 0;
+    }
     if (r->state == S_FIRST) {
         int flag = 0;
         MPI_Status st;
@@ -516,7 +524,7 @@ static int advance_locked(req_t *r)
             rk_stg_advance_segs(r);
         }
     }
-    if (r->state >= S_IPC)
+    if (r->state >= S_IPC && r->state <= S_IPC_DATA)
         rk_stg_ipc_recv_advance(r);
     if (r->state == S_COPY) {
         int done = 1;
@@ -754,8 +762,11 @@ int rk_stg_Cancel(MPI_Request *req)
         return PMPI_Cancel(req);
     pthread_mutex_lock(&rk_stg_eng);
     /* Only the first message can be cancelled: a receive whose message has
-     * not come, a send whose header (or message) nobody took yet. */
-    if (r->first != MPI_REQUEST_NULL)
+     * not come, a send whose header (or message) nobody took yet, or a
+     * deferred send not handed to MPI yet. */
+    if (r->state == S_DEFER)
+        rk_stg_defer_cancel_locked(r);
+    else if (r->first != MPI_REQUEST_NULL)
         PMPI_Cancel(&r->first);
     pthread_mutex_unlock(&rk_stg_eng);
     return MPI_SUCCESS;
@@ -1061,7 +1072,10 @@ int rk_stg_Testsome(int n, MPI_Request reqs[], int *outcount, int indices[],
 void rk_stg_p2p_finalize(void)
 {
     if (rk_stg_hooked)
-        rk_mpi_verbose("staging: %ld nonblocking messages went through the ring", rk_stg_ring_msgs);
+        rk_mpi_verbose("staging: %ld nonblocking messages went through the ring, %ld were "
+                       "handed to MPI once their copy ended (deferred)",
+                       rk_stg_ring_msgs, rk_stg_deferred_msgs);
+    rk_stg_sends_flush();
     /* Detached requests still running: finish what is done; the rest is
      * left to MPI_Finalize (their memory is not given back). */
     for (int round = 0; round < 1000 && ndetached; round++) {

@@ -68,6 +68,15 @@ RK_MPI_HIDDEN extern atomic_long rk_stg_nreq;
  * ring: they advance inside any MPI call, ours or not). */
 RK_MPI_HIDDEN extern atomic_long rk_stg_rings;
 RK_MPI_HIDDEN extern int rk_stg_hooked;
+/* Nonblocking device sends whose copy out is still running, not yet handed
+ * to MPI (staging/proto_eager.c). Any other send must wait for them first
+ * (rk_stg_sends_flush), or it would overtake them. */
+RK_MPI_HIDDEN extern atomic_long rk_stg_ndeferred;
+RK_MPI_HIDDEN void rk_stg_sends_flush(void);
+static inline int rk_stg_deferred_now(void)
+{
+    return atomic_load_explicit(&rk_stg_ndeferred, memory_order_relaxed) != 0;
+}
 RK_MPI_HIDDEN int rk_stg_ring_poll(void);
 /* Without a progress hook (MPICH): wake, or start, the helper thread that
  * advances requests waiting for their peer (staging/base.c); a no-op where

@@ -541,6 +541,74 @@ static void t_many(int form, int kinds)
         kinds == 0 ? "host" : kinds == 1 ? "device" : "mixed", fname[form]);
 }
 
+/* Windows of w messages in flight to the right neighbour, all on one tag:
+ * sizes and memory kinds mixed (small device sends, which go to MPI once
+ * their copy ended, host sends, messages through IPC or pipelined, and every
+ * fifth sent blocking), receives posted first, device and host alternately,
+ * with MPI_ANY_SOURCE and MPI_ANY_TAG when any is set. MPI's order between
+ * two ranks must hold: the k-th receive gets the k-th message (its size and
+ * its pattern), and every byte is right. */
+static size_t w_size(int i)
+{
+    static const size_t small[] = {1, 7, 64, 4096, 4099, 12, 1000, 65541};
+    size_t n = i % 32 == 31 ? (i % 64 == 63 ? chunk + 3 : ((size_t)300 << 10) + 1)
+                            : small[(size_t)i % (sizeof small / sizeof small[0])];
+    return n > max_bytes ? max_bytes : n;
+}
+
+static void t_window(int w, int any)
+{
+    MPI_Request *req = malloc(2 * (size_t)w * sizeof *req);
+    MPI_Status *st = malloc(2 * (size_t)w * sizeof *st);
+    void **rb = malloc((size_t)w * sizeof *rb), **sb = malloc((size_t)w * sizeof *sb);
+    int *rk = malloc((size_t)w * sizeof *rk), *sk = malloc((size_t)w * sizeof *sk);
+    if (!req || !st || !rb || !sb || !rk || !sk)
+        abort();
+    for (int i = 0; i < w; i++) {
+        size_t n = w_size(i);
+        rk[i] = i % 2 ? HOST : DEV;
+        sk[i] = i % 3 == 2 ? HOST : DEV;
+        rb[i] = xalloc(rk[i], n + 16);
+        set(rk[i], rb[i], n + 16, 0x5A);
+        sb[i] = xalloc(sk[i], n);
+        fill(sk[i], sb[i], n, me * 1000 + i);
+    }
+    int rc = MPI_SUCCESS;
+    for (int i = 0; i < w; i++)
+        rc |= MPI_Irecv(rb[i], (int)w_size(i) + 16, MPI_BYTE, any ? MPI_ANY_SOURCE : left,
+                        any ? MPI_ANY_TAG : 300, MPI_COMM_WORLD, &req[i]);
+    for (int i = 0; i < w; i++) {
+        if (i % 5 == 4) {
+            rc |= MPI_Send(sb[i], (int)w_size(i), MPI_BYTE, right, 300, MPI_COMM_WORLD);
+            req[w + i] = MPI_REQUEST_NULL;
+        } else {
+            rc |= MPI_Isend(sb[i], (int)w_size(i), MPI_BYTE, right, 300, MPI_COMM_WORLD,
+                            &req[w + i]);
+        }
+    }
+    rc |= MPI_Waitall(2 * w, req, st);
+    int ok = rc == MPI_SUCCESS, nbad = 0;
+    for (int i = 0; i < w; i++) {
+        size_t n = w_size(i);
+        long bad = check(rk[i], rb[i], n, left * 1000 + i, n + 16, 0x5A);
+        int cnt = -1;
+        MPI_Get_count(&st[i], MPI_BYTE, &cnt);
+        if (bad >= 0 || cnt != (int)n || st[i].MPI_SOURCE != left || st[i].MPI_TAG != 300) {
+            if (nbad++ < 3)
+                fprintf(stderr, "# rank %d: window of %d, receive %d (%s, %zu bytes): bad byte %ld, "
+                                "count %d, source %d, tag %d\n",
+                        me, w, i, kname(rk[i]), n, bad, cnt, st[i].MPI_SOURCE, st[i].MPI_TAG);
+            ok = 0;
+        }
+        xfree(rk[i], rb[i]);
+        xfree(sk[i], sb[i]);
+    }
+    dev_reset();
+    free(req), free(st), free(rb), free(sb), free(rk), free(sk);
+    mok(ok, "a window of %d messages in flight, sizes and kinds mixed, one tag%s: each arrives "
+            "in its place, intact", w, any ? " (ANY_SOURCE, ANY_TAG receives)" : "");
+}
+
 /* Request_free on a staged send, Cancel on a staged receive. */
 static void t_free_cancel(int kind)
 {
@@ -2100,6 +2168,12 @@ int main(int argc, char **argv)
     for (int form = 0; form < NFORMS; form++)
         for (int k = 0; k < (host_only ? 1 : 3); k++)
             t_many(form, k);
+    {
+        int ws[] = {1, 2, 7, 64, 256};
+        for (size_t i = 0; i < sizeof ws / sizeof ws[0]; i++)
+            if (!quick || ws[i] == 64)
+                t_window(ws[i], (int)(i % 2));
+    }
     for (int a = 0; a < nk; a++)
         t_free_cancel(kinds[a]);
     if (!host_only && np % 2 == 0) {
