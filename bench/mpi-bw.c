@@ -9,6 +9,8 @@
  * receives them (MPI_Irecv, MPI_Waitall) and answers with 4 bytes; the
  * window is 64 messages, fewer above 1 MiB so that a window stays within
  * 64 MiB. Latency: ping-pong with MPI_Send/MPI_Recv, half the round trip.
+ * Halo: 26 faces each way per exchange (Irecv, Isend, Waitall), device
+ * faces against host faces.
  *
  *   D-D rankmem  device buffers (cudaMalloc) handed to MPI: the plugin
  *                copies them through CUDA IPC between ranks of a node when
@@ -134,6 +136,35 @@ static double latency(int m, size_t n, char *dev, char *host)
         }
     }
     double us = (MPI_Wtime() - t0) * 1e6 / it / 2;
+    MPI_Bcast(&us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
+    return us;
+}
+
+/* A halo exchange: 26 faces of n bytes each way between the two ranks (as a
+ * 3D stencil's rank exchanges with its 26 neighbours; here all are the
+ * other rank, one tag per face): 26 MPI_Irecv, 26 MPI_Isend, one
+ * MPI_Waitall. Faces in separate buffers, device (m == M_RANKMEM) or host.
+ * Microseconds per exchange. */
+#define FACES 26
+static double halo(int m, size_t n, char *dev, char *host)
+{
+    int it = n <= 65536 ? 500 : 100;
+    MPI_Request req[2 * FACES];
+    char *base = m == M_HOST ? host : dev;
+    double t0 = 0;
+    for (int i = -20; i < it; i++) {
+        if (i == 0) {
+            MPI_Barrier(MPI_COMM_WORLD);
+            t0 = MPI_Wtime();
+        }
+        for (int f = 0; f < FACES; f++)
+            MPI_Irecv(base + (size_t)f * n, (int)n, MPI_BYTE, 1 - me, f, MPI_COMM_WORLD, &req[f]);
+        for (int f = 0; f < FACES; f++)
+            MPI_Isend(base + (size_t)(FACES + f) * n, (int)n, MPI_BYTE, 1 - me, f, MPI_COMM_WORLD,
+                      &req[FACES + f]);
+        MPI_Waitall(2 * FACES, req, MPI_STATUSES_IGNORE);
+    }
+    double us = (MPI_Wtime() - t0) * 1e6 / it;
     MPI_Bcast(&us, 1, MPI_DOUBLE, 0, MPI_COMM_WORLD);
     return us;
 }
@@ -345,6 +376,26 @@ int main(int argc, char **argv)
             human(n, sz, sizeof sz);
             printf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f |\n", sz, r, g, v, h, one,
                    h + 2 * one);
+            fflush(stdout);
+        }
+    }
+    if (me == 0) {
+        printf("\n| face | halo of %d device faces us | the same with host faces us | "
+               "device / host |\n",
+               FACES);
+        printf("|---:|---:|---:|---:|\n");
+    }
+    size_t face[] = {8, 1024, 4096, 32768, 262144};
+    for (size_t i = 0; i < sizeof face / sizeof face[0]; i++) {
+        size_t n = face[i];
+        if (2 * FACES * n > hi)
+            break;
+        double d = halo(M_RANKMEM, n, dev, host);
+        double h = halo(M_HOST, n, dev, host);
+        if (me == 0) {
+            char sz[32];
+            human(n, sz, sizeof sz);
+            printf("| %s | %.1f | %.1f | %.1fx |\n", sz, d, h, h > 0 ? d / h : 0.0);
             fflush(stdout);
         }
     }
