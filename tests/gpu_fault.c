@@ -118,91 +118,75 @@ REAL(cudaFree);
 REAL(cudaFreeHost);
 REAL(cudaFreeAsync);
 
-cudaError_t cudaMalloc(void **p, size_t n)
+/* An allocating call's result, its block counted when it succeeded. */
+static cudaError_t counted(cudaError_t e, void *const *p, size_t n)
 {
-    FIND(cudaMalloc);
-    if (due())
-        return cudaErrorMemoryAllocation;
-    cudaError_t e = real_cudaMalloc(p, n);
     if (e == cudaSuccess)
         track(*p, n);
     return e;
+}
+
+/* A free's result, its block uncounted when it succeeded. */
+static cudaError_t uncounted(cudaError_t e, void *p)
+{
+    if (e == cudaSuccess)
+        untrack(p);
+    return e;
+}
+
+cudaError_t cudaMalloc(void **p, size_t n)
+{
+    FIND(cudaMalloc);
+    return due() ? cudaErrorMemoryAllocation : counted(real_cudaMalloc(p, n), p, n);
 }
 
 cudaError_t cudaMallocManaged(void **p, size_t n, unsigned flags)
 {
     FIND(cudaMallocManaged);
-    if (due())
-        return cudaErrorMemoryAllocation;
-    cudaError_t e = real_cudaMallocManaged(p, n, flags);
-    if (e == cudaSuccess)
-        track(*p, n);
-    return e;
+    return due() ? cudaErrorMemoryAllocation : counted(real_cudaMallocManaged(p, n, flags), p, n);
 }
 
 cudaError_t cudaHostAlloc(void **p, size_t n, unsigned flags)
 {
     FIND(cudaHostAlloc);
-    if (due())
-        return cudaErrorMemoryAllocation;
-    cudaError_t e = real_cudaHostAlloc(p, n, flags);
-    if (e == cudaSuccess)
-        track(*p, n);
-    return e;
+    return due() ? cudaErrorMemoryAllocation : counted(real_cudaHostAlloc(p, n, flags), p, n);
 }
 
 cudaError_t cudaMallocFromPoolAsync(void **p, size_t n, cudaMemPool_t pool, cudaStream_t s)
 {
     FIND(cudaMallocFromPoolAsync);
-    if (due())
-        return cudaErrorMemoryAllocation;
-    cudaError_t e = real_cudaMallocFromPoolAsync(p, n, pool, s);
-    if (e == cudaSuccess)
-        track(*p, n);
-    return e;
+    return due() ? cudaErrorMemoryAllocation
+                 : counted(real_cudaMallocFromPoolAsync(p, n, pool, s), p, n);
 }
 
 cudaError_t cudaMemPoolCreate(cudaMemPool_t *pool, const struct cudaMemPoolProps *props)
 {
     FIND(cudaMemPoolCreate);
-    if (due())
-        return cudaErrorMemoryAllocation;
-    return real_cudaMemPoolCreate(pool, props);
+    return due() ? cudaErrorMemoryAllocation : real_cudaMemPoolCreate(pool, props);
 }
 
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t *ev, unsigned flags)
 {
     FIND(cudaEventCreateWithFlags);
-    if (due())
-        return cudaErrorMemoryAllocation;
-    return real_cudaEventCreateWithFlags(ev, flags);
+    return due() ? cudaErrorMemoryAllocation : real_cudaEventCreateWithFlags(ev, flags);
 }
 
 cudaError_t cudaFree(void *p)
 {
     FIND(cudaFree);
-    cudaError_t e = real_cudaFree(p);
-    if (e == cudaSuccess)
-        untrack(p);
-    return e;
+    return uncounted(real_cudaFree(p), p);
 }
 
 cudaError_t cudaFreeHost(void *p)
 {
     FIND(cudaFreeHost);
-    cudaError_t e = real_cudaFreeHost(p);
-    if (e == cudaSuccess)
-        untrack(p);
-    return e;
+    return uncounted(real_cudaFreeHost(p), p);
 }
 
 cudaError_t cudaFreeAsync(void *p, cudaStream_t s)
 {
     FIND(cudaFreeAsync);
-    cudaError_t e = real_cudaFreeAsync(p, s);
-    if (e == cudaSuccess)
-        untrack(p);
-    return e;
+    return uncounted(real_cudaFreeAsync(p, s), p);
 }
 
 /* ---- the harness ---- */
@@ -241,7 +225,7 @@ static void plant_stale(rankmem_resource_t *mr)
     (void)rankmem_allocate(mr, 0, 0, &p);
 }
 
-static void run_chain(const char *spec, int data, size_t maxn, int maxlive)
+static void run_chain(const char *spec, size_t maxn, int maxlive)
 {
     long long live0 = live_bytes;
     rankmem_resource_t *mr = NULL;
@@ -303,7 +287,7 @@ static void run_chain(const char *spec, int data, size_t maxn, int maxlive)
             live[--nlive] = (blk_t){0};
             continue;
         }
-        if (data && op % 16 == 0 && n >= 4) {
+        if (op % 16 == 0 && n >= 4) {
             unsigned long long bad = 1;
             unsigned pattern = (unsigned)op * 2654435761u;
             if (rk_test_fill(p, n / 4, pattern, 0) != 0 ||
@@ -334,9 +318,8 @@ static void run_chain(const char *spec, int data, size_t maxn, int maxlive)
     ok(overlap == 0 && bad_free == 0,
        "%s: no block handed out twice or misaligned, every free accepted (%llu, %llu)", spec,
        overlap, bad_free);
-    if (data)
-        ok(bad_data == 0, "%s: blocks written and read back by a kernel (%llu wrong)", spec,
-           bad_data);
+    ok(bad_data == 0, "%s: blocks written and read back by a kernel (%llu wrong)", spec,
+       bad_data);
     ok(stats_ok, "%s: the books at zero after the frees", spec);
     ok(rel == RANKMEM_SUCCESS && live_bytes == live0,
        "%s: released clean, the runtime got back every byte (%lld bytes still out)", spec,
@@ -401,31 +384,30 @@ int main(int argc, char **argv)
      * not a full arena or a limit reached. */
     static const struct {
         const char *spec;
-        int data; /* written and read back by a kernel */
         size_t maxn;
         int maxlive;
     } chains[] = {
-        {"cuda", 1, 4u << 20, MAXLIVE},
-        {"managed", 1, 4u << 20, MAXLIVE},
-        {"pinned", 1, 1u << 20, 64},
-        {"async", 1, 4u << 20, MAXLIVE},
-        {"pool>cuda", 1, 4u << 20, MAXLIVE},
-        {"stats>pool>cuda", 1, 4u << 20, MAXLIVE},
-        {"pool(initial=8MiB,growth=2MiB)>cuda", 1, 4u << 20, MAXLIVE},
-        {"binning>pool>cuda", 1, 4u << 20, MAXLIVE},
-        {"arena(size=64MiB)>cuda", 1, 1u << 20, 24},
-        {"caching>cuda", 1, 4u << 20, MAXLIVE},
-        {"fixed(block=64KiB)>cuda", 1, 64u << 10, MAXLIVE},
-        {"stats>async", 1, 4u << 20, MAXLIVE},
-        {"pool>async", 1, 4u << 20, MAXLIVE},
-        {"pool>managed", 1, 4u << 20, MAXLIVE},
-        {"pool>pinned", 1, 1u << 20, 64},
-        {"retry>pool>cuda", 1, 4u << 20, MAXLIVE},
-        {"limit(bytes=48MiB)>stats>binning>cuda", 1, 256u << 10, 128},
-        {"tracking>arena(size=64MiB)>cuda", 1, 1u << 20, 24},
+        {"cuda", 4u << 20, MAXLIVE},
+        {"managed", 4u << 20, MAXLIVE},
+        {"pinned", 1u << 20, 64},
+        {"async", 4u << 20, MAXLIVE},
+        {"pool>cuda", 4u << 20, MAXLIVE},
+        {"stats>pool>cuda", 4u << 20, MAXLIVE},
+        {"pool(initial=8MiB,growth=2MiB)>cuda", 4u << 20, MAXLIVE},
+        {"binning>pool>cuda", 4u << 20, MAXLIVE},
+        {"arena(size=64MiB)>cuda", 1u << 20, 24},
+        {"caching>cuda", 4u << 20, MAXLIVE},
+        {"fixed(block=64KiB)>cuda", 64u << 10, MAXLIVE},
+        {"stats>async", 4u << 20, MAXLIVE},
+        {"pool>async", 4u << 20, MAXLIVE},
+        {"pool>managed", 4u << 20, MAXLIVE},
+        {"pool>pinned", 1u << 20, 64},
+        {"retry>pool>cuda", 4u << 20, MAXLIVE},
+        {"limit(bytes=48MiB)>stats>binning>cuda", 256u << 10, 128},
+        {"tracking>arena(size=64MiB)>cuda", 1u << 20, 24},
     };
     for (size_t i = 0; i < sizeof chains / sizeof chains[0]; i++)
-        run_chain(chains[i].spec, chains[i].data, chains[i].maxn, chains[i].maxlive);
+        run_chain(chains[i].spec, chains[i].maxn, chains[i].maxlive);
     make_under_faults("async");
     make_under_faults("stats>pool(initial=8MiB)>cuda");
     make_under_faults("arena(size=64MiB)>cuda");
