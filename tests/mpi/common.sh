@@ -51,6 +51,14 @@ limit=${RKT_TIMEOUT:-120}
 # RKT_MPI_SHORT=1: the long matrices on their smallest job only (CI's
 # second and third builds of the same sources: distcheck, sanitizers).
 short=${RKT_MPI_SHORT:-0}
+# RKT_MPI_SHORT=2: the short form, and the staging matrix cut to one run per
+# protocol (CI's sanitizer and MPICH builds, which the 20 minutes allow no
+# more).
+smoke=0
+if [ "$short" = 2 ]; then
+    smoke=1
+    short=1
+fi
 
 # mpi_run TAG NP [VAR=VALUE...] PROGRAM [ARGS...]: run under the launcher
 # (through env(1), so that the settings reach every rank whatever the

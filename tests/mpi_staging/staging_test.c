@@ -111,7 +111,7 @@ static rankmem_resource_t *vres;
 static struct {
     void *p;
     size_t n;
-} vlive[64];
+} vlive[1024]; /* t_window: up to 2 x 256 */
 
 static void *vmm_alloc(size_t n)
 {
@@ -566,8 +566,8 @@ static void t_window(int w, int any)
         abort();
     for (int i = 0; i < w; i++) {
         size_t n = w_size(i);
-        rk[i] = i % 2 ? HOST : DEV;
-        sk[i] = i % 3 == 2 ? HOST : DEV;
+        rk[i] = i % 2 || host_only ? HOST : DEV;
+        sk[i] = i % 3 == 2 || host_only ? HOST : DEV;
         rb[i] = xalloc(rk[i], n + 16);
         set(rk[i], rb[i], n + 16, 0x5A);
         sb[i] = xalloc(sk[i], n);
