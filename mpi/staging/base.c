@@ -889,6 +889,67 @@ static void pinned_free(void *p)
 #endif
 }
 
+/* Buffers of up to MINI_BYTES are slices of a chunk (at most 64 to a
+ * chunk), so that a window of small messages in flight holds a few chunks
+ * instead of one each (a 4 MiB chunk for a 4 KiB message: 64 of them were
+ * the whole default pool). A chunk of slices goes back to the pool when its
+ * last slice does. Under pool_lock. */
+#define MINI_BYTES ((size_t)64 << 10)
+#define MINI_CHUNKS 64
+static struct {
+    int chunk;
+    uint64_t used; /* a bit per slice */
+} minis[MINI_CHUNKS];
+static int nminis;
+
+static int mini_per_chunk(void)
+{
+    size_t k = chunk_bytes / MINI_BYTES;
+    return k > 64 ? 64 : (int)k;
+}
+
+static int find_run(int k);
+
+static int mini_get(rk_stg_buf_t *b)
+{
+    int per = mini_per_chunk();
+    if (per < 2)
+        return 0; /* chunks of 64 KiB: a chunk is a slice */
+    uint64_t full = per == 64 ? ~0ull : (1ull << per) - 1;
+    int i = 0;
+    while (i < nminis && minis[i].used == full)
+        i++;
+    if (i == nminis) {
+        int c = nminis < MINI_CHUNKS ? find_run(1) : -1;
+        if (c < 0)
+            return 0;
+        chunk_used[c] = 3;
+        minis[nminis].chunk = c;
+        minis[nminis].used = 0;
+        nminis++;
+    }
+    int bit = __builtin_ctzll(~minis[i].used);
+    minis[i].used |= 1ull << bit;
+    b->kind = RK_STG_BUF_MINI;
+    b->first = minis[i].chunk;
+    b->slot = bit;
+    b->ptr = slab + (size_t)minis[i].chunk * chunk_bytes + (size_t)bit * MINI_BYTES;
+    return 1;
+}
+
+static void mini_put(const rk_stg_buf_t *b)
+{
+    for (int i = 0; i < nminis; i++)
+        if (minis[i].chunk == b->first) {
+            minis[i].used &= ~(1ull << b->slot);
+            if (!minis[i].used) {
+                chunk_used[minis[i].chunk] = 0;
+                minis[i] = minis[--nminis];
+            }
+            return;
+        }
+}
+
 /* First fit of k free chunks; -1 if none. Under pool_lock. */
 static int find_run(int k)
 {
@@ -948,6 +1009,10 @@ int rk_stg_buf_get(size_t bytes, int wait_ok, rk_stg_buf_t *b)
     uint64_t t0 = 0;
     unsigned spins = 0;
     pthread_mutex_lock(&pool_lock);
+    if (bytes <= MINI_BYTES && pool_ready() && mini_get(b)) {
+        pthread_mutex_unlock(&pool_lock);
+        return 0;
+    }
     if (pool_ready() && bytes <= (size_t)nchunks * chunk_bytes) {
         int k = (int)((bytes + chunk_bytes - 1) / chunk_bytes);
         for (;;) {
@@ -1035,6 +1100,11 @@ void rk_stg_buf_put(rk_stg_buf_t *b)
     case RK_STG_BUF_CACHE:
         pthread_mutex_lock(&pool_lock);
         cache[b->slot].busy = 0;
+        pthread_mutex_unlock(&pool_lock);
+        break;
+    case RK_STG_BUF_MINI:
+        pthread_mutex_lock(&pool_lock);
+        mini_put(b);
         pthread_mutex_unlock(&pool_lock);
         break;
     case RK_STG_BUF_HEAP:

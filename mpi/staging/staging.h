@@ -194,13 +194,14 @@ RK_MPI_HIDDEN extern int rk_stg_shared_gpu;
 #define RK_STG_BUF_POOL 1  /* a run of chunks of the pinned pool */
 #define RK_STG_BUF_CACHE 2 /* a cached pinned buffer (larger than the pool) */
 #define RK_STG_BUF_HEAP 3  /* pageable fallback (pool busy, or no pinned memory) */
+#define RK_STG_BUF_MINI 4  /* a 64 KiB slice of a pool chunk (small messages) */
 
 typedef struct rk_stg_buf {
     char *ptr;
     size_t bytes;
     int kind;
-    int first, nchunks; /* POOL */
-    int slot;           /* CACHE */
+    int first, nchunks; /* POOL; MINI: first is the chunk */
+    int slot;           /* CACHE; MINI: the slice */
 } rk_stg_buf_t;
 
 /* Host memory of at least bytes (> 0). wait_ok: a blocking call, which may
