@@ -2,7 +2,8 @@
  * failures it injects (issue 31).
  *
  *     tests/fault.t [OPS [SPEC...]]      (or RANKMEM_FAULT_OPS=N;
- *                                        RANKMEM_FAULT_MAX_BYTES=N caps requests)
+ *                                        RANKMEM_FAULT_MAX_BYTES=N caps requests;
+ *                                        RANKMEM_FAULT_PART=K/N runs every Nth chain)
  *
  * Part 1 tests the injector itself: nth, count, every, rate and seed,
  * enable, configure, its counters, frees that always work, the spec
@@ -989,10 +990,20 @@ int main(int argc, char **argv)
         }
         return tap_done();
     }
-    test_bad_input();
-    test_modes();
-    test_spec();
-    for (size_t i = 0; i < sizeof default_chains / sizeof *default_chains; i++)
+    /* RANKMEM_FAULT_PART=K/N: the long form on N cores, this process the
+     * chains K, K+N, ... (and part 1 only in K = 0). */
+    unsigned part = 0, nparts = 1;
+    if ((env = getenv("RANKMEM_FAULT_PART")) != NULL &&
+        (sscanf(env, "%u/%u", &part, &nparts) != 2 || nparts == 0 || part >= nparts)) {
+        fprintf(stderr, "RANKMEM_FAULT_PART='%s': expected K/N with K < N\n", env);
+        return 2;
+    }
+    if (part == 0) {
+        test_bad_input();
+        test_modes();
+        test_spec();
+    }
+    for (size_t i = part; i < sizeof default_chains / sizeof *default_chains; i += nparts)
         run_chain(&default_chains[i]);
     return tap_done();
 }
