@@ -872,3 +872,145 @@ HOOK_PAIR(MPI_Neighbor_alltoallw, MPI_Ineighbor_alltoallw, neighbor_call, neighb
           .kind = N_ALLTOALLW, .sbuf = sbuf, .scounts = scounts, .sadispls = sdispls,
           .stypes = stypes, .rbuf = rbuf, .rcounts = rcounts, .radispls = rdispls,
           .rtypes = rtypes, .comm = comm)
+
+/* ---- persistent collectives (MPI 4's MPI_*_init; Open MPI 4's MPIX_*_init) ----
+ *
+ * While staging is active every rank takes them over, whatever its buffers:
+ * each MPI_Start issues the nonblocking collective through the hooks above
+ * (staged where a buffer is on the device), so that no rank's persistent
+ * collective of MPI's meets another rank's nonblocking one. The request is a
+ * persistent request of ours (staging/persist.c). MPI checks the arguments
+ * at each start, not at init; the info argument is not used. Without
+ * staging they are MPI's own. */
+
+#if MPI_VERSION >= 4
+#define RK_PCOLL 1
+#define PINIT(x) MPI_##x##_init
+#define PPINIT(x) PMPI_##x##_init
+#else
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h>
+#endif
+#if defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define RK_PCOLL 1
+#define PINIT(x) MPIX_##x##_init
+#define PPINIT(x) PMPIX_##x##_init
+#endif
+#endif
+
+#ifdef RK_PCOLL
+typedef struct {
+    coll_t a;
+    call_fn call;
+    plan_fn plan;
+} pcoll_t;
+
+static int pcoll_start(void *arg, MPI_Request *inner)
+{
+    pcoll_t *x = arg;
+    return coll(&x->a, x->call, x->plan, inner);
+}
+
+static int pcoll_new(const coll_t *a, call_fn call, plan_fn plan, MPI_Request *req)
+{
+    pcoll_t *x = malloc(sizeof *x);
+    if (!x) {
+        rk_mpi_warn("staging: out of memory for a persistent collective");
+        PMPI_Comm_call_errhandler(a->comm, MPI_ERR_NO_MEM);
+        return MPI_ERR_NO_MEM;
+    }
+    x->a = *a;
+    x->call = call;
+    x->plan = plan;
+    return rk_stg_pers_fn(pcoll_start, x, a->comm, req);
+}
+
+#define HOOK_PERS(Base, call, plan, params, names, ...)                                       \
+    EXPORT int PINIT(Base)(ARGS params, MPI_Info info, MPI_Request *req)                     \
+    {                                                                                         \
+        if (RK_STG_LIKELY(!rk_stg_active))                                                   \
+            return PPINIT(Base)(ARGS names, info, req);                                      \
+        coll_t a = {__VA_ARGS__};                                                             \
+        return pcoll_new(&a, call, plan, req);                                                \
+    }
+
+#define RED_ARGS (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
+#define RED_NAMES (sbuf, rbuf, count, dt, op, comm)
+#define SR_NAMES (sbuf, scount, stype, rbuf, rcount, rtype, root, comm)
+#define A_NAMES (sbuf, scount, stype, rbuf, rcount, rtype, comm)
+#define V_NAMES (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm)
+#define W_NAMES (sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm)
+
+HOOK_PERS(Bcast, bcast_call, bcast_plan,
+          (void *buf, int count, MPI_Datatype dt, int root, MPI_Comm comm),
+          (buf, count, dt, root, comm),
+          .rbuf = buf, .rcount = count, .rtype = dt, .root = root, .comm = comm)
+HOOK_PERS(Reduce, reduce_call, reduce_plan,
+          (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, int root,
+           MPI_Comm comm),
+          (sbuf, rbuf, count, dt, op, root, comm), RED(R_REDUCE), .root = root)
+HOOK_PERS(Allreduce, reduce_call, reduce_plan, RED_ARGS, RED_NAMES, RED(R_ALLREDUCE))
+HOOK_PERS(Scan, reduce_call, reduce_plan, RED_ARGS, RED_NAMES, RED(R_SCAN))
+HOOK_PERS(Exscan, reduce_call, reduce_plan, RED_ARGS, RED_NAMES, RED(R_EXSCAN))
+HOOK_PERS(Gather, gather_call, gather_plan, SR_ARGS, SR_NAMES, SR_INIT)
+HOOK_PERS(Gatherv, gatherv_call, gatherv_plan,
+          (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, const int rcounts[],
+           const int displs[], MPI_Datatype rtype, int root, MPI_Comm comm),
+          (sbuf, scount, stype, rbuf, rcounts, displs, rtype, root, comm),
+          .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf, .rcounts = rcounts,
+          .rdispls = displs, .rtype = rtype, .root = root, .comm = comm)
+HOOK_PERS(Scatter, scatter_call, scatter_plan, SR_ARGS, SR_NAMES, SR_INIT)
+HOOK_PERS(Scatterv, scatterv_call, scatterv_plan,
+          (const void *sbuf, const int scounts[], const int displs[], MPI_Datatype stype,
+           void *rbuf, int rcount, MPI_Datatype rtype, int root, MPI_Comm comm),
+          (sbuf, scounts, displs, stype, rbuf, rcount, rtype, root, comm),
+          .sbuf = sbuf, .scounts = scounts, .sdispls = displs, .stype = stype, .rbuf = rbuf,
+          .rcount = rcount, .rtype = rtype, .root = root, .comm = comm)
+HOOK_PERS(Allgather, allgather_call, allgather_plan, A_ARGS, A_NAMES, A_INIT)
+HOOK_PERS(Allgatherv, allgatherv_call, allgatherv_plan,
+          (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, const int rcounts[],
+           const int displs[], MPI_Datatype rtype, MPI_Comm comm),
+          (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm),
+          .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf, .rcounts = rcounts,
+          .rdispls = displs, .rtype = rtype, .comm = comm)
+HOOK_PERS(Alltoall, alltoall_call, alltoall_plan, A_ARGS, A_NAMES, A_INIT)
+HOOK_PERS(Alltoallv, alltoallv_call, alltoallv_plan, V_ARGS, V_NAMES, V_INIT)
+HOOK_PERS(Alltoallw, alltoallw_call, alltoallw_plan,
+          (const void *sbuf, const int scounts[], const int sdispls[],
+           const MPI_Datatype stypes[], void *rbuf, const int rcounts[], const int rdispls[],
+           const MPI_Datatype rtypes[], MPI_Comm comm),
+          W_NAMES,
+          .sbuf = sbuf, .scounts = scounts, .sdispls = sdispls, .stypes = stypes, .rbuf = rbuf,
+          .rcounts = rcounts, .rdispls = rdispls, .rtypes = rtypes, .comm = comm)
+HOOK_PERS(Reduce_scatter, reduce_scatter_call, reduce_scatter_plan,
+          (const void *sbuf, void *rbuf, const int rcounts[], MPI_Datatype dt, MPI_Op op,
+           MPI_Comm comm),
+          (sbuf, rbuf, rcounts, dt, op, comm),
+          .kind = RS_COUNTS, .sbuf = sbuf, .rbuf = rbuf, .rcounts = rcounts, .rtype = dt,
+          .op = op, .comm = comm)
+HOOK_PERS(Reduce_scatter_block, reduce_scatter_call, reduce_scatter_plan,
+          (const void *sbuf, void *rbuf, int rcount, MPI_Datatype dt, MPI_Op op, MPI_Comm comm),
+          (sbuf, rbuf, rcount, dt, op, comm),
+          .kind = RS_BLOCK, .sbuf = sbuf, .rbuf = rbuf, .rcount = rcount, .rtype = dt, .op = op,
+          .comm = comm)
+HOOK_PERS(Neighbor_allgather, neighbor_call, neighbor_plan, A_ARGS, A_NAMES,
+          .kind = N_ALLGATHER, A_INIT)
+HOOK_PERS(Neighbor_allgatherv, neighbor_call, neighbor_plan,
+          (const void *sbuf, int scount, MPI_Datatype stype, void *rbuf, const int rcounts[],
+           const int displs[], MPI_Datatype rtype, MPI_Comm comm),
+          (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm),
+          .kind = N_ALLGATHERV, .sbuf = sbuf, .scount = scount, .stype = stype, .rbuf = rbuf,
+          .rcounts = rcounts, .rdispls = displs, .rtype = rtype, .comm = comm)
+HOOK_PERS(Neighbor_alltoall, neighbor_call, neighbor_plan, A_ARGS, A_NAMES,
+          .kind = N_ALLTOALL, A_INIT)
+HOOK_PERS(Neighbor_alltoallv, neighbor_call, neighbor_plan, V_ARGS, V_NAMES,
+          .kind = N_ALLTOALLV, V_INIT)
+HOOK_PERS(Neighbor_alltoallw, neighbor_call, neighbor_plan,
+          (const void *sbuf, const int scounts[], const MPI_Aint sdispls[],
+           const MPI_Datatype stypes[], void *rbuf, const int rcounts[], const MPI_Aint rdispls[],
+           const MPI_Datatype rtypes[], MPI_Comm comm),
+          W_NAMES,
+          .kind = N_ALLTOALLW, .sbuf = sbuf, .scounts = scounts, .sadispls = sdispls,
+          .stypes = stypes, .rbuf = rbuf, .rcounts = rcounts, .radispls = rdispls,
+          .rtypes = rtypes, .comm = comm)
+#endif /* RK_PCOLL */

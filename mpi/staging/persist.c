@@ -1,6 +1,7 @@
 /* Staging, persistent point-to-point requests (MPI_Send_init and its
- * modes, MPI_Recv_init, MPI_Start, MPI_Startall), and the exported
- * completion calls, which see through them.
+ * modes, MPI_Recv_init, MPI_Start, MPI_Startall), persistent collectives
+ * (made by staging/coll.c, started here), and the exported completion
+ * calls, which see through them.
  *
  * A persistent request MPI must not see the buffer of (a device buffer,
  * or a host receive large enough to meet a header while staging is active)
@@ -22,7 +23,7 @@
 
 #define EXPORT RK_MPI_EXPORT
 
-enum { P_SEND = 1, P_RECV };
+enum { P_SEND = 1, P_RECV, P_FN };
 
 typedef struct pers {
     struct pers *next;
@@ -34,6 +35,8 @@ typedef struct pers {
     int count, peer, tag;
     MPI_Datatype dt;
     MPI_Comm comm;
+    rk_stg_pstart_fn start; /* P_FN: what MPI_Start does; arg freed with the request */
+    void *arg;
 } pers_t;
 
 #define NB 64
@@ -84,6 +87,7 @@ static void drop(pers_t *p)
         }
     pthread_mutex_unlock(&lock);
     atomic_fetch_sub(&npers, 1);
+    free(p->arg);
     free(p);
 }
 
@@ -105,37 +109,24 @@ static void empty_status(MPI_Status *st)
  * by MPI itself, on a zero-count request of the same kind made and freed at
  * once, so that a bad rank, tag, datatype or communicator is reported here
  * as MPI would. */
-static int pers_new(int kind, int mode, const void *buf, int count, MPI_Datatype dt, int peer,
-                    int tag, MPI_Comm comm, MPI_Request *req)
+/* A new entry and its handle (p's fields set but key and user). */
+static int pers_add(const pers_t *tmpl, MPI_Request *req)
 {
     static char dummy;
-    MPI_Request chk = MPI_REQUEST_NULL;
-    int rc = kind == P_SEND ? PMPI_Send_init(buf, 0, dt, peer, tag, comm, &chk)
-                            : PMPI_Recv_init((void *)buf, 0, dt, peer, tag, comm, &chk);
-    if (rc != MPI_SUCCESS)
-        return rc;
-    PMPI_Request_free(&chk);
-    pers_t *p = calloc(1, sizeof *p);
+    pers_t *p = malloc(sizeof *p);
     if (!p) {
         rk_mpi_warn("staging: out of memory for a persistent request");
-        PMPI_Comm_call_errhandler(comm, MPI_ERR_NO_MEM);
+        PMPI_Comm_call_errhandler(tmpl->comm, MPI_ERR_NO_MEM);
         return MPI_ERR_NO_MEM;
     }
-    rc = PMPI_Recv_init(&dummy, 0, MPI_BYTE, MPI_PROC_NULL, 0, comm, &p->user);
+    *p = *tmpl;
+    int rc = PMPI_Recv_init(&dummy, 0, MPI_BYTE, MPI_PROC_NULL, 0, p->comm, &p->user);
     if (rc != MPI_SUCCESS) {
         free(p);
         return rc;
     }
     p->key = key_of(p->user);
     p->inner = MPI_REQUEST_NULL;
-    p->kind = kind;
-    p->mode = mode;
-    p->buf = (void *)buf;
-    p->count = count;
-    p->dt = dt;
-    p->peer = peer;
-    p->tag = tag;
-    p->comm = comm;
     pthread_mutex_lock(&lock);
     size_t s = slot_of(p->key);
     p->next = tab[s];
@@ -144,6 +135,29 @@ static int pers_new(int kind, int mode, const void *buf, int count, MPI_Datatype
     atomic_fetch_add(&npers, 1);
     *req = p->user;
     return MPI_SUCCESS;
+}
+
+static int pers_new(int kind, int mode, const void *buf, int count, MPI_Datatype dt, int peer,
+                    int tag, MPI_Comm comm, MPI_Request *req)
+{
+    MPI_Request chk = MPI_REQUEST_NULL;
+    int rc = kind == P_SEND ? PMPI_Send_init(buf, 0, dt, peer, tag, comm, &chk)
+                            : PMPI_Recv_init((void *)buf, 0, dt, peer, tag, comm, &chk);
+    if (rc != MPI_SUCCESS)
+        return rc;
+    PMPI_Request_free(&chk);
+    pers_t t = {.kind = kind, .mode = mode, .buf = (void *)buf, .count = count, .dt = dt,
+                .peer = peer, .tag = tag, .comm = comm};
+    return pers_add(&t, req);
+}
+
+int rk_stg_pers_fn(rk_stg_pstart_fn start, void *arg, MPI_Comm comm, MPI_Request *req)
+{
+    pers_t t = {.kind = P_FN, .comm = comm, .start = start, .arg = arg};
+    int rc = pers_add(&t, req);
+    if (rc != MPI_SUCCESS)
+        free(arg);
+    return rc;
 }
 
 /* A send whose buffer is device memory is ours; MPI_PROC_NULL never moves
@@ -214,10 +228,11 @@ static int pers_start(pers_t *p)
         return MPI_ERR_REQUEST;
     }
     MPI_Request in = MPI_REQUEST_NULL;
-    int rc = p->kind == P_SEND ? rk_stg_isend_any(p->buf, p->count, p->dt, p->peer, p->tag,
-                                                  p->comm, &in, p->mode)
-                               : rk_stg_irecv(p->buf, p->count, p->dt, p->peer, p->tag, p->comm,
-                                              &in);
+    int rc = p->kind == P_FN     ? p->start(p->arg, &in)
+             : p->kind == P_SEND ? rk_stg_isend_any(p->buf, p->count, p->dt, p->peer, p->tag,
+                                                    p->comm, &in, p->mode)
+                                 : rk_stg_irecv(p->buf, p->count, p->dt, p->peer, p->tag,
+                                                p->comm, &in);
     if (rc != MPI_SUCCESS)
         return rc;
     p->inner = in;

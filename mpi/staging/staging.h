@@ -277,6 +277,12 @@ RK_MPI_HIDDEN int rk_stg_isend_any(const void *buf, int count, MPI_Datatype dt, 
                                    MPI_Comm comm, MPI_Request *req, int mode);
 RK_MPI_HIDDEN int rk_stg_irecv(void *buf, int count, MPI_Datatype dt, int src, int tag,
                                MPI_Comm comm, MPI_Request *req);
+/* A persistent request of ours whose MPI_Start calls start(arg, &inner) for
+ * the operation of this round (the persistent collectives of staging/coll.c);
+ * arg (malloc'd) is freed with the request, or here when none is made. */
+typedef int (*rk_stg_pstart_fn)(void *arg, MPI_Request *inner);
+RK_MPI_HIDDEN int rk_stg_pers_fn(rk_stg_pstart_fn start, void *arg, MPI_Comm comm,
+                                 MPI_Request *req);
 /* The completion calls over staged and ordinary requests (staging/request.c);
  * staging/persist.c exports MPI_Wait ... over them, with each persistent
  * request of ours replaced by its active operation. */

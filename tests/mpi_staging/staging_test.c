@@ -24,6 +24,9 @@
 #include "config.h"
 
 #include <mpi.h>
+#if __has_include(<mpi-ext.h>)
+#include <mpi-ext.h> /* Open MPI 4: MPIX_*_init, the persistent collectives */
+#endif
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -1668,6 +1671,98 @@ static void t_coll(int mixed, size_t n)
     (void)val_one;
 }
 
+/* Persistent collectives (MPI 4's MPI_*_init, Open MPI 4's MPIX_*_init):
+ * an Allreduce (IN_PLACE or not), a Bcast and an Alltoall made once and
+ * started three rounds with new contents each time (MPI_Start and MPI_Wait,
+ * MPI_Startall and MPI_Waitall, MPI_Startall and an MPI_Testall loop); each
+ * result checked; then freed. */
+#if MPI_VERSION >= 4
+#define PCOLL(x) MPI_##x##_init
+#elif defined(OMPI_HAVE_MPI_EXT_PCOLLREQ) && OMPI_HAVE_MPI_EXT_PCOLLREQ
+#define PCOLL(x) MPIX_##x##_init
+#endif
+#ifdef PCOLL
+static void t_pcoll(int mixed, size_t n, int inplace)
+{
+    int sk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : mixed == 2 ? DEV : HOST;
+    int rk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : HOST;
+    const char *mk = mixed == 0   ? "device"
+                     : mixed == 1 ? "device/host by rank"
+                     : mixed == 2 ? "device to host"
+                                  : "host";
+    int root = np > 1 ? 1 : 0;
+    size_t per = n / (size_t)np ? n / (size_t)np : 1, na = per * (size_t)np;
+    int *hs = malloc(n * sizeof(int)), *hb = malloc(n * sizeof(int)),
+        *ha = malloc(na * sizeof(int));
+    int *s = xalloc(sk, n * sizeof(int)), *r = xalloc(rk, n * sizeof(int));
+    int *b = xalloc(rk, n * sizeof(int));
+    int *as = xalloc(sk, na * sizeof(int)), *ar = xalloc(rk, na * sizeof(int));
+    MPI_Request q[3] = {MPI_REQUEST_NULL, MPI_REQUEST_NULL, MPI_REQUEST_NULL};
+    int rc = PCOLL(Allreduce)(inplace ? MPI_IN_PLACE : s, r, (int)n, MPI_INT, MPI_SUM,
+                              MPI_COMM_WORLD, MPI_INFO_NULL, &q[0]);
+    rc |= PCOLL(Bcast)(b, (int)n, MPI_INT, root, MPI_COMM_WORLD, MPI_INFO_NULL, &q[1]);
+    rc |= PCOLL(Alltoall)(as, (int)per, MPI_INT, ar, (int)per, MPI_INT, MPI_COMM_WORLD,
+                          MPI_INFO_NULL, &q[2]);
+    int ok = rc == MPI_SUCCESS;
+    uint64_t m0 = 0, m1 = 0; /* collectives staged: the device ones must be */
+#ifdef RKT_FAKE
+    rk_mpi_staging_counters(NULL, &m0, NULL);
+#endif
+    for (int round = 0; round < 3 && ok; round++) {
+        for (size_t i = 0; i < n; i++) {
+            hs[i] = me * 100000 + (int)(i % 100000) + round * 7;
+            hb[i] = me == root ? (int)i * 3 + round : -1;
+        }
+        to_buf(inplace ? rk : sk, inplace ? (void *)r : (void *)s, hs, n * sizeof(int));
+        to_buf(rk, b, hb, n * sizeof(int));
+        for (size_t i = 0; i < na; i++)
+            ha[i] = me * 1000 + (int)(i / per) * 10 + round; /* block j goes to rank j */
+        to_buf(sk, as, ha, na * sizeof(int));
+        if (round == 0) {
+            for (int k = 0; k < 3; k++)
+                rc |= MPI_Start(&q[k]);
+            for (int k = 0; k < 3; k++)
+                rc |= MPI_Wait(&q[k], MPI_STATUS_IGNORE);
+        } else if (round == 1) {
+            rc |= MPI_Startall(3, q);
+            rc |= MPI_Waitall(3, q, MPI_STATUSES_IGNORE);
+        } else {
+            rc |= MPI_Startall(3, q);
+            int flag = 0;
+            while (!flag && rc == MPI_SUCCESS)
+                rc |= MPI_Testall(3, q, &flag, MPI_STATUSES_IGNORE);
+        }
+        ok = rc == MPI_SUCCESS;
+        for (int k = 0; k < 3; k++)
+            ok = ok && q[k] != MPI_REQUEST_NULL; /* persistent: the handles stay */
+        from_buf(rk, hs, r, n * sizeof(int));
+        for (size_t i = 0; i < n && ok; i++)
+            ok = hs[i] == sum_ranks(i, np) + np * round * 7;
+        from_buf(rk, hb, b, n * sizeof(int));
+        for (size_t i = 0; i < n && ok; i++)
+            ok = hb[i] == (int)i * 3 + round;
+        from_buf(rk, ha, ar, na * sizeof(int));
+        for (size_t i = 0; i < na && ok; i++)
+            ok = ha[i] == (int)(i / per) * 1000 + me * 10 + round; /* from rank i / per */
+    }
+#ifdef RKT_FAKE
+    rk_mpi_staging_counters(NULL, &m1, NULL);
+    if (sk == DEV || rk == DEV)
+        ok = ok && m1 - m0 >= 3;
+#else
+    (void)m0, (void)m1;
+#endif
+    for (int k = 0; k < 3; k++)
+        rc |= MPI_Request_free(&q[k]);
+    ok = ok && rc == MPI_SUCCESS && q[0] == MPI_REQUEST_NULL && q[2] == MPI_REQUEST_NULL;
+    mok(ok, "persistent Allreduce%s, Bcast and Alltoall of %zu ints, 3 rounds (%s)",
+        inplace ? " (IN_PLACE)" : "", n, mk);
+    free(hs), free(hb), free(ha);
+    xfree(sk, s), xfree(rk, r), xfree(rk, b), xfree(sk, as), xfree(rk, ar);
+    dev_reset();
+}
+#endif
+
 #ifdef RKT_FAKE
 /* Peer buffers mapped so far, opened or found in the cache. */
 static long ipc_maps(void)
@@ -2294,6 +2389,9 @@ int main(int argc, char **argv)
     for (int mixed = 0; mixed < (host_only ? 1 : 3); mixed++)
         for (size_t i = 0; i < sizeof csz / sizeof csz[0]; i++) {
             t_coll(host_only ? -1 : mixed, csz[i] ? csz[i] : 1);
+#ifdef PCOLL
+            t_pcoll(host_only ? -1 : mixed, csz[i] ? csz[i] : 1, i == 1);
+#endif
         }
     if (!host_only && max_bytes >= ((size_t)600 << 10)) {
         /* 300 KiB and a bit per rank: slices of uneven sizes. */
