@@ -14,11 +14,13 @@
  *       the copies go through the second mapping.
  *   misc_gpu (linked with the plugin): cudaMalloc buffers; skipped without
  *       a GPU.
- * An argument (pack, io, rma) runs one part only. */
+ * MPI 4's large-count forms and the calls refused with device buffers
+ * (MPICH 4). An argument (pack, io, rma, mpi4) runs one part only. */
 #define _GNU_SOURCE
 #include "config.h"
 
 #include <mpi.h>
+#include <limits.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -850,6 +852,108 @@ static void t_win_refused(void)
     free_all();
 }
 
+#if MPI_VERSION >= 4
+/* MPI 4's calls (mpi/staging/mpi4.c): the large-count forms staged as the
+ * int ones while counts fit; a device buffer refused where the plugin
+ * cannot stage it (MPI_ERR_COUNT above INT_MAX; MPI_ERR_BUFFER for the
+ * v-forms, MPI_Isendrecv, partitioned sends, MPI_Buffer_attach); the same
+ * calls on host buffers are MPI's. The fake device memory is PROT_NONE: a
+ * call that reached MPI with it would fault. */
+static unsigned char bpat(size_t i, int rank) { return (unsigned char)(i * 7u + (unsigned)rank * 13u + 1u); }
+
+static void t_mpi4(void)
+{
+    MPI_Comm comm;
+    MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+    MPI_Comm_set_errhandler(comm, MPI_ERRORS_RETURN);
+    const size_t n = 3000;
+    unsigned char *h = malloc(n);
+    for (size_t i = 0; i < n; i++)
+        h[i] = bpat(i, me);
+    char *ds = dev_alloc(n), *dr = dev_alloc(n);
+    to_dev(ds, h, n);
+    MPI_Request q;
+    int rc = MPI_Isend_c(ds, (MPI_Count)n, MPI_BYTE, right, 4, comm, &q);
+    rc |= MPI_Recv_c(dr, (MPI_Count)n, MPI_BYTE, left, 4, comm, MPI_STATUS_IGNORE);
+    rc |= MPI_Wait(&q, MPI_STATUS_IGNORE);
+    from_dev(h, dr, n);
+    int ok = rc == MPI_SUCCESS;
+    for (size_t i = 0; i < n && ok; i++)
+        ok = h[i] == bpat(i, left);
+    mok(ok, "MPI_Isend_c and MPI_Recv_c of %zu device bytes", n);
+
+    int v[64], sum[64];
+    for (int i = 0; i < 64; i++)
+        v[i] = me * 1000 + i;
+    int *dv = dev_alloc(sizeof v), *dsum = dev_alloc(sizeof v);
+    to_dev(dv, v, sizeof v);
+    rc = MPI_Allreduce_c(dv, dsum, 64, MPI_INT, MPI_SUM, comm);
+    from_dev(sum, dsum, sizeof sum);
+    ok = rc == MPI_SUCCESS;
+    for (int i = 0; i < 64 && ok; i++)
+        ok = sum[i] == 1000 * np * (np - 1) / 2 + np * i;
+    mok(ok, "MPI_Allreduce_c of 64 device ints");
+    rc = MPI_Ibcast_c(dv, 64, MPI_INT, 0, comm, &q);
+    rc |= MPI_Wait(&q, MPI_STATUS_IGNORE);
+    from_dev(sum, dv, sizeof sum);
+    ok = rc == MPI_SUCCESS;
+    for (int i = 0; i < 64 && ok; i++)
+        ok = sum[i] == i;
+    mok(ok, "MPI_Ibcast_c of 64 device ints from rank 0");
+
+    char packed[512];
+    MPI_Count pos = 0;
+    rc = MPI_Pack_c(dv, 64, MPI_INT, packed, sizeof packed, &pos, comm);
+    MPI_Count upos = 0;
+    rc |= MPI_Unpack_c(packed, pos, &upos, dsum, 64, MPI_INT, comm);
+    from_dev(sum, dsum, sizeof sum);
+    ok = rc == MPI_SUCCESS && pos == (MPI_Count)sizeof v && upos == pos;
+    for (int i = 0; i < 64 && ok; i++)
+        ok = sum[i] == i;
+    mok(ok, "MPI_Pack_c and MPI_Unpack_c of device ints (position %lld)", (long long)pos);
+
+    /* Refused: a count above INT_MAX (nothing is read: refused first). */
+    int cls = -1;
+    rc = MPI_Send_c(ds, (MPI_Count)INT_MAX + 1, MPI_BYTE, right, 5, comm);
+    MPI_Error_class(rc, &cls);
+    mok(cls == MPI_ERR_COUNT, "MPI_Send_c of a device buffer above INT_MAX elements: MPI_ERR_COUNT (%d)", cls);
+    MPI_Count *cnt = malloc(sizeof(MPI_Count) * (size_t)np);
+    MPI_Aint *dsp = malloc(sizeof(MPI_Aint) * (size_t)np);
+    for (int r = 0; r < np; r++)
+        cnt[r] = 4, dsp[r] = 4 * r;
+    char *dall = dev_alloc((size_t)np * 4);
+    rc = MPI_Gatherv_c(ds, 4, MPI_BYTE, dall, cnt, dsp, MPI_BYTE, 0, comm);
+    MPI_Error_class(rc, &cls);
+    mok(cls == MPI_ERR_BUFFER, "MPI_Gatherv_c of device buffers: MPI_ERR_BUFFER on every rank (%d)", cls);
+    char *hall = malloc((size_t)np * 4), hs4[4] = {1, 2, 3, 4};
+    rc = MPI_Gatherv_c(hs4, 4, MPI_BYTE, hall, cnt, dsp, MPI_BYTE, 0, comm);
+    mok(rc == MPI_SUCCESS && (me != 0 || hall[4 * (np - 1) + 3] == 4),
+        "MPI_Gatherv_c of host buffers: MPI's");
+    q = (MPI_Request)1;
+    rc = MPI_Isendrecv(ds, 8, MPI_BYTE, right, 6, dr, 8, MPI_BYTE, left, 6, comm, &q);
+    MPI_Error_class(rc, &cls);
+    mok(cls == MPI_ERR_BUFFER && q == MPI_REQUEST_NULL,
+        "MPI_Isendrecv of device buffers: MPI_ERR_BUFFER, no request (%d)", cls);
+    char hr8[8] = {0}, hs8[8] = {9, 9, 9, 9, 9, 9, 9, (char)me};
+    rc = MPI_Isendrecv(hs8, 8, MPI_BYTE, right, 6, hr8, 8, MPI_BYTE, left, 6, comm, &q);
+    rc |= MPI_Wait(&q, MPI_STATUS_IGNORE);
+    mok(rc == MPI_SUCCESS && hr8[7] == (char)left, "MPI_Isendrecv of host buffers: MPI's");
+    rc = MPI_Psend_init(ds, 2, 4, MPI_BYTE, right, 7, comm, MPI_INFO_NULL, &q);
+    MPI_Error_class(rc, &cls);
+    mok(cls == MPI_ERR_BUFFER, "MPI_Psend_init of a device buffer: MPI_ERR_BUFFER (%d)", cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_RETURN);
+    rc = MPI_Buffer_attach(dall, 4 * np);
+    MPI_Error_class(rc, &cls);
+    MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_ARE_FATAL);
+    MPI_Comm_set_errhandler(MPI_COMM_SELF, MPI_ERRORS_ARE_FATAL);
+    mok(cls == MPI_ERR_BUFFER, "MPI_Buffer_attach of device memory: MPI_ERR_BUFFER (%d)", cls);
+    free(h), free(cnt), free(dsp), free(hall);
+    MPI_Comm_free(&comm);
+    free_all();
+}
+#endif
+
 int main(int argc, char **argv)
 {
 #ifdef RKT_FAKE
@@ -911,6 +1015,10 @@ int main(int argc, char **argv)
         t_rma();
         t_win_refused();
     }
+#if MPI_VERSION >= 4
+    if (all_parts || !strcmp(only, "mpi4"))
+        t_mpi4();
+#endif
     MPI_Group_free(&g_left);
     MPI_Group_free(&g_right);
     MPI_Group_free(&world);
