@@ -934,7 +934,8 @@ static int pcoll_new(const coll_t *a, call_fn call, plan_fn plan, MPI_Request *r
         return pcoll_new(&a, call, plan, req);                                                \
     }
 
-#define RED_ARGS (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
+#define RED_ARGS \
+    (const void *sbuf, void *rbuf, int count, MPI_Datatype dt, MPI_Op op, MPI_Comm comm)
 #define RED_NAMES (sbuf, rbuf, count, dt, op, comm)
 #define SR_NAMES (sbuf, scount, stype, rbuf, rcount, rtype, root, comm)
 #define A_NAMES (sbuf, scount, stype, rbuf, rcount, rtype, comm)

@@ -8,12 +8,12 @@
  *   - the large-count forms with count or displacement arrays (the v- and
  *     w-collectives), MPI_Isendrecv(_replace)(_c), partitioned
  *     communication (MPI_Psend_init, MPI_Precv_init) and MPI_Buffer_attach:
- *     a device buffer is refused (MPI_ERR_BUFFER);
+ *     a device buffer is refused (MPI_ERR_BUFFER).
  *
- * each refusal through the communicator's (window's, file's) error handler,
- * with one line per rank and call. Host buffers go to MPI as they are. The
- * hooks below were generated from MPICH 4.0's prototypes (one per call,
- * the same three steps) and checked by hand. */
+ * Each refusal goes through the communicator's (window's, file's) error
+ * handler, with one line per rank and call. Host buffers go to MPI as they
+ * are. The hooks come in families of one parameter list each (a call, its
+ * nonblocking form, its persistent form). */
 #include "staging.h"
 
 #include <limits.h>
@@ -25,6 +25,7 @@
 
 #define FITS(x) ((x) >= INT_MIN && (x) <= INT_MAX)
 #define DEV(p) ((p) != NULL && (const void *)(p) != MPI_IN_PLACE && rk_stg_is_device(p))
+#define I(x) ((int)(x))
 
 enum { TOO_BIG, NOT_COVERED };
 
@@ -35,9 +36,9 @@ typedef struct {
     MPI_Win win;
     MPI_File fh;
 } eh_t;
-#define ERR_COMM(c) ((eh_t){.kind = 0, .comm = (c)})
-#define ERR_WIN(w) ((eh_t){.kind = 1, .win = (w)})
-#define ERR_FILE(f) ((eh_t){.kind = 2, .fh = (f)})
+#define ON_COMM(c) ((eh_t){.kind = 0, .comm = (c)})
+#define ON_WIN(w) ((eh_t){.kind = 1, .win = (w)})
+#define ON_FILE(f) ((eh_t){.kind = 2, .fh = (f)})
 
 static int refuse(const char *call, atomic_int *once, int why, eh_t eh)
 {
@@ -45,10 +46,12 @@ static int refuse(const char *call, atomic_int *once, int why, eh_t eh)
     if (!atomic_exchange(once, 1)) {
         if (why == TOO_BIG)
             rk_mpi_warn("staging: %s: a device buffer with a count above INT_MAX is not "
-                        "staged; refused (MPI_ERR_COUNT)", call);
+                        "staged; refused (MPI_ERR_COUNT)",
+                        call);
         else
             rk_mpi_warn("staging: %s with a device buffer is not staged by the plugin "
-                        "(docs/staging.md, \"Not covered\"); refused (MPI_ERR_BUFFER)", call);
+                        "(docs/staging.md, \"Not covered\"); refused (MPI_ERR_BUFFER)",
+                        call);
     }
     if (eh.kind == 0)
         PMPI_Comm_call_errhandler(eh.comm, err);
@@ -59,1983 +62,392 @@ static int refuse(const char *call, atomic_int *once, int why, eh_t eh)
     return err;
 }
 
-EXPORT int MPI_Accumulate_c(const void *origin_addr, MPI_Count origin_count,
-                            MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp,
-                            MPI_Count target_count, MPI_Datatype target_datatype, MPI_Op op,
-                            MPI_Win win)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank,
-                                 target_disp, target_count, target_datatype, op, win);
-    if (FITS(origin_count) && FITS(target_count))
-        return MPI_Accumulate(origin_addr, (int)origin_count, origin_datatype, target_rank,
-                              target_disp, (int)target_count, target_datatype, op, win);
-    if (!(DEV(origin_addr)))
-        return PMPI_Accumulate_c(origin_addr, origin_count, origin_datatype, target_rank,
-                                 target_disp, target_count, target_datatype, op, win);
-    static atomic_int once;
-    return refuse("MPI_Accumulate_c", &once, TOO_BIG, ERR_WIN(win));
-}
-
-EXPORT int MPI_Allgather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                           void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Allgather(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                             comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    static atomic_int once;
-    return refuse("MPI_Allgather_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Allgather_init_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                                void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
-                                MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                     comm, info, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Allgather_init(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount,
-                                  recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                     comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Allgather_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Allgatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                            void *recvbuf, const MPI_Count recvcounts[], const MPI_Aint displs[],
-                            MPI_Datatype recvtype, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                 recvtype, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                 recvtype, comm);
-    static atomic_int once;
-    return refuse("MPI_Allgatherv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Allgatherv_init_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                                 void *recvbuf, const MPI_Count recvcounts[],
-                                 const MPI_Aint displs[], MPI_Datatype recvtype, MPI_Comm comm,
-                                 MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                      recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                      recvtype, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Allgatherv_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Allreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count,
-                           MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
-    if (FITS(count))
-        return MPI_Allreduce(sendbuf, recvbuf, (int)count, datatype, op, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Allreduce_c(sendbuf, recvbuf, count, datatype, op, comm);
-    static atomic_int once;
-    return refuse("MPI_Allreduce_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Allreduce_init_c(const void *sendbuf, void *recvbuf, MPI_Count count,
-                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Info info,
-                                MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
-    if (FITS(count))
-        return MPI_Allreduce_init(sendbuf, recvbuf, (int)count, datatype, op, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Allreduce_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Allreduce_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Alltoall_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                          void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Alltoall(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                            comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm);
-    static atomic_int once;
-    return refuse("MPI_Alltoall_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Alltoall_init_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                               void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
-                               MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                    comm, info, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Alltoall_init(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount,
-                                 recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                    comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Alltoall_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Alltoallv_c(const void *sendbuf, const MPI_Count sendcounts[],
-                           const MPI_Aint sdispls[], MPI_Datatype sendtype, void *recvbuf,
-                           const MPI_Count recvcounts[], const MPI_Aint rdispls[],
-                           MPI_Datatype recvtype, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
-                                rdispls, recvtype, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
-                                rdispls, recvtype, comm);
-    static atomic_int once;
-    return refuse("MPI_Alltoallv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Alltoallv_init_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                const MPI_Aint sdispls[], MPI_Datatype sendtype, void *recvbuf,
-                                const MPI_Count recvcounts[], const MPI_Aint rdispls[],
-                                MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
-                                MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
-                                     rdispls, recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
-                                     rdispls, recvtype, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Alltoallv_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[],
-                           const MPI_Aint sdispls[], const MPI_Datatype sendtypes[], void *recvbuf,
-                           const MPI_Count recvcounts[], const MPI_Aint rdispls[],
-                           const MPI_Datatype recvtypes[], MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                rdispls, recvtypes, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                rdispls, recvtypes, comm);
-    static atomic_int once;
-    return refuse("MPI_Alltoallw_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Alltoallw_init_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
-                                void *recvbuf, const MPI_Count recvcounts[],
-                                const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],
-                                MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                     rdispls, recvtypes, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                     rdispls, recvtypes, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Alltoallw_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Bcast_c(void *buffer, MPI_Count count, MPI_Datatype datatype, int root,
-                       MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Bcast_c(buffer, count, datatype, root, comm);
-    if (FITS(count))
-        return MPI_Bcast(buffer, (int)count, datatype, root, comm);
-    if (!(DEV(buffer)))
-        return PMPI_Bcast_c(buffer, count, datatype, root, comm);
-    static atomic_int once;
-    return refuse("MPI_Bcast_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Bcast_init_c(void *buffer, MPI_Count count, MPI_Datatype datatype, int root,
-                            MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request);
-    if (FITS(count))
-        return MPI_Bcast_init(buffer, (int)count, datatype, root, comm, info, request);
-    if (!(DEV(buffer)))
-        return PMPI_Bcast_init_c(buffer, count, datatype, root, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Bcast_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Bsend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                       MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Bsend_c(buf, count, datatype, dest, tag, comm);
-    if (FITS(count))
-        return MPI_Bsend(buf, (int)count, datatype, dest, tag, comm);
-    if (!(DEV(buf)))
-        return PMPI_Bsend_c(buf, count, datatype, dest, tag, comm);
-    static atomic_int once;
-    return refuse("MPI_Bsend_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Bsend_init_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest,
-                            int tag, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Bsend_init(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Bsend_init_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Bsend_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Buffer_attach_c(void *buffer, MPI_Count size)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Buffer_attach_c(buffer, size);
-    if (!(DEV(buffer)))
-        return PMPI_Buffer_attach_c(buffer, size);
-    static atomic_int once;
-    return refuse("MPI_Buffer_attach_c", &once, NOT_COVERED, ERR_COMM(MPI_COMM_WORLD));
-}
-
-EXPORT int MPI_Exscan_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
-                        MPI_Op op, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm);
-    if (FITS(count))
-        return MPI_Exscan(sendbuf, recvbuf, (int)count, datatype, op, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Exscan_c(sendbuf, recvbuf, count, datatype, op, comm);
-    static atomic_int once;
-    return refuse("MPI_Exscan_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Exscan_init_c(const void *sendbuf, void *recvbuf, MPI_Count count,
-                             MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Info info,
-                             MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
-    if (FITS(count))
-        return MPI_Exscan_init(sendbuf, recvbuf, (int)count, datatype, op, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Exscan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Exscan_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_File_iread_all_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype,
-                                MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iread_all_c(fh, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iread_all(fh, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iread_all_c(fh, buf, count, datatype, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_File_iread_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iread_at_all_c(MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count,
-                                   MPI_Datatype datatype, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iread_at_all(fh, offset, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iread_at_all_c(fh, offset, buf, count, datatype, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_File_iread_at_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iread_at_c(MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count,
-                               MPI_Datatype datatype, MPIO_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iread_at_c(fh, offset, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iread_at(fh, offset, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iread_at_c(fh, offset, buf, count, datatype, request);
-    static atomic_int once;
-    return refuse("MPI_File_iread_at_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iread_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype,
-                            MPIO_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iread_c(fh, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iread(fh, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iread_c(fh, buf, count, datatype, request);
-    static atomic_int once;
-    return refuse("MPI_File_iread_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iread_shared_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype,
-                                   MPIO_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iread_shared_c(fh, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iread_shared(fh, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iread_shared_c(fh, buf, count, datatype, request);
-    static atomic_int once;
-    return refuse("MPI_File_iread_shared_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iwrite_all_c(MPI_File fh, const void *buf, MPI_Count count,
-                                 MPI_Datatype datatype, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iwrite_all_c(fh, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iwrite_all(fh, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iwrite_all_c(fh, buf, count, datatype, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_File_iwrite_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iwrite_at_all_c(MPI_File fh, MPI_Offset offset, const void *buf,
-                                    MPI_Count count, MPI_Datatype datatype, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iwrite_at_all(fh, offset, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iwrite_at_all_c(fh, offset, buf, count, datatype, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_File_iwrite_at_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iwrite_at_c(MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count,
-                                MPI_Datatype datatype, MPIO_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iwrite_at(fh, offset, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iwrite_at_c(fh, offset, buf, count, datatype, request);
-    static atomic_int once;
-    return refuse("MPI_File_iwrite_at_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iwrite_c(MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype,
-                             MPIO_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iwrite_c(fh, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iwrite(fh, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iwrite_c(fh, buf, count, datatype, request);
-    static atomic_int once;
-    return refuse("MPI_File_iwrite_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_iwrite_shared_c(MPI_File fh, const void *buf, MPI_Count count,
-                                    MPI_Datatype datatype, MPIO_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_iwrite_shared_c(fh, buf, count, datatype, request);
-    if (FITS(count))
-        return MPI_File_iwrite_shared(fh, buf, (int)count, datatype, request);
-    if (!(DEV(buf)))
-        return PMPI_File_iwrite_shared_c(fh, buf, count, datatype, request);
-    static atomic_int once;
-    return refuse("MPI_File_iwrite_shared_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_all_begin_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_all_begin_c(fh, buf, count, datatype);
-    if (FITS(count))
-        return MPI_File_read_all_begin(fh, buf, (int)count, datatype);
-    if (!(DEV(buf)))
-        return PMPI_File_read_all_begin_c(fh, buf, count, datatype);
-    static atomic_int once;
-    return refuse("MPI_File_read_all_begin_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_all_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype,
-                               MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_all_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_read_all(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_read_all_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_read_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_at_all_begin_c(MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count,
-                                        MPI_Datatype datatype)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype);
-    if (FITS(count))
-        return MPI_File_read_at_all_begin(fh, offset, buf, (int)count, datatype);
-    if (!(DEV(buf)))
-        return PMPI_File_read_at_all_begin_c(fh, offset, buf, count, datatype);
-    static atomic_int once;
-    return refuse("MPI_File_read_at_all_begin_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_at_all_c(MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count,
-                                  MPI_Datatype datatype, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_at_all_c(fh, offset, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_read_at_all(fh, offset, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_read_at_all_c(fh, offset, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_read_at_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_at_c(MPI_File fh, MPI_Offset offset, void *buf, MPI_Count count,
-                              MPI_Datatype datatype, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_at_c(fh, offset, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_read_at(fh, offset, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_read_at_c(fh, offset, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_read_at_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype,
-                           MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_read(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_read_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_read_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_ordered_begin_c(MPI_File fh, void *buf, MPI_Count count,
-                                         MPI_Datatype datatype)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_ordered_begin_c(fh, buf, count, datatype);
-    if (FITS(count))
-        return MPI_File_read_ordered_begin(fh, buf, (int)count, datatype);
-    if (!(DEV(buf)))
-        return PMPI_File_read_ordered_begin_c(fh, buf, count, datatype);
-    static atomic_int once;
-    return refuse("MPI_File_read_ordered_begin_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_ordered_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype,
-                                   MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_ordered_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_read_ordered(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_read_ordered_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_read_ordered_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_read_shared_c(MPI_File fh, void *buf, MPI_Count count, MPI_Datatype datatype,
-                                  MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_read_shared_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_read_shared(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_read_shared_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_read_shared_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_all_begin_c(MPI_File fh, const void *buf, MPI_Count count,
-                                      MPI_Datatype datatype)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_all_begin_c(fh, buf, count, datatype);
-    if (FITS(count))
-        return MPI_File_write_all_begin(fh, buf, (int)count, datatype);
-    if (!(DEV(buf)))
-        return PMPI_File_write_all_begin_c(fh, buf, count, datatype);
-    static atomic_int once;
-    return refuse("MPI_File_write_all_begin_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_all_c(MPI_File fh, const void *buf, MPI_Count count,
-                                MPI_Datatype datatype, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_all_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_write_all(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_write_all_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_write_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_at_all_begin_c(MPI_File fh, MPI_Offset offset, const void *buf,
-                                         MPI_Count count, MPI_Datatype datatype)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype);
-    if (FITS(count))
-        return MPI_File_write_at_all_begin(fh, offset, buf, (int)count, datatype);
-    if (!(DEV(buf)))
-        return PMPI_File_write_at_all_begin_c(fh, offset, buf, count, datatype);
-    static atomic_int once;
-    return refuse("MPI_File_write_at_all_begin_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_at_all_c(MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count,
-                                   MPI_Datatype datatype, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_at_all_c(fh, offset, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_write_at_all(fh, offset, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_write_at_all_c(fh, offset, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_write_at_all_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_at_c(MPI_File fh, MPI_Offset offset, const void *buf, MPI_Count count,
-                               MPI_Datatype datatype, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_at_c(fh, offset, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_write_at(fh, offset, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_write_at_c(fh, offset, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_write_at_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_c(MPI_File fh, const void *buf, MPI_Count count, MPI_Datatype datatype,
-                            MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_write(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_write_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_write_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_ordered_begin_c(MPI_File fh, const void *buf, MPI_Count count,
-                                          MPI_Datatype datatype)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_ordered_begin_c(fh, buf, count, datatype);
-    if (FITS(count))
-        return MPI_File_write_ordered_begin(fh, buf, (int)count, datatype);
-    if (!(DEV(buf)))
-        return PMPI_File_write_ordered_begin_c(fh, buf, count, datatype);
-    static atomic_int once;
-    return refuse("MPI_File_write_ordered_begin_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_ordered_c(MPI_File fh, const void *buf, MPI_Count count,
-                                    MPI_Datatype datatype, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_ordered_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_write_ordered(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_write_ordered_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_write_ordered_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_File_write_shared_c(MPI_File fh, const void *buf, MPI_Count count,
-                                   MPI_Datatype datatype, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_File_write_shared_c(fh, buf, count, datatype, status);
-    if (FITS(count))
-        return MPI_File_write_shared(fh, buf, (int)count, datatype, status);
-    if (!(DEV(buf)))
-        return PMPI_File_write_shared_c(fh, buf, count, datatype, status);
-    static atomic_int once;
-    return refuse("MPI_File_write_shared_c", &once, TOO_BIG, ERR_FILE(fh));
-}
-
-EXPORT int MPI_Gather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                        void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
-                        MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                             comm);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Gather(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                          root, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Gather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                             comm);
-    static atomic_int once;
-    return refuse("MPI_Gather_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Gather_init_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                             void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
-                             MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                                  comm, info, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Gather_init(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                               root, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Gather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                                  comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Gather_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Gatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                         void *recvbuf, const MPI_Count recvcounts[], const MPI_Aint displs[],
-                         MPI_Datatype recvtype, int root, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
-                              root, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Gatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
-                              root, comm);
-    static atomic_int once;
-    return refuse("MPI_Gatherv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Gatherv_init_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                              void *recvbuf, const MPI_Count recvcounts[], const MPI_Aint displs[],
-                              MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Info info,
-                              MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                   recvtype, root, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Gatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                   recvtype, root, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Gatherv_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Get_accumulate_c(const void *origin_addr, MPI_Count origin_count,
-                                MPI_Datatype origin_datatype, void *result_addr,
-                                MPI_Count result_count, MPI_Datatype result_datatype,
-                                int target_rank, MPI_Aint target_disp, MPI_Count target_count,
-                                MPI_Datatype target_datatype, MPI_Op op, MPI_Win win)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,
-                                     result_count, result_datatype, target_rank, target_disp,
-                                     target_count, target_datatype, op, win);
-    if (FITS(origin_count) && FITS(result_count) && FITS(target_count))
-        return MPI_Get_accumulate(origin_addr, (int)origin_count, origin_datatype, result_addr,
-                                  (int)result_count, result_datatype, target_rank, target_disp,
-                                  (int)target_count, target_datatype, op, win);
-    if (!(DEV(origin_addr) || DEV(result_addr)))
-        return PMPI_Get_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,
-                                     result_count, result_datatype, target_rank, target_disp,
-                                     target_count, target_datatype, op, win);
-    static atomic_int once;
-    return refuse("MPI_Get_accumulate_c", &once, TOO_BIG, ERR_WIN(win));
-}
-
-EXPORT int MPI_Get_c(void *origin_addr, MPI_Count origin_count, MPI_Datatype origin_datatype,
-                     int target_rank, MPI_Aint target_disp, MPI_Count target_count,
-                     MPI_Datatype target_datatype, MPI_Win win)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                          target_count, target_datatype, win);
-    if (FITS(origin_count) && FITS(target_count))
-        return MPI_Get(origin_addr, (int)origin_count, origin_datatype, target_rank, target_disp,
-                       (int)target_count, target_datatype, win);
-    if (!(DEV(origin_addr)))
-        return PMPI_Get_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                          target_count, target_datatype, win);
-    static atomic_int once;
-    return refuse("MPI_Get_c", &once, TOO_BIG, ERR_WIN(win));
-}
-
-EXPORT int MPI_Iallgather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                            void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
-                            MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-                                 request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Iallgather(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                              comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Iallgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-                                 request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Iallgather_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Iallgatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                             void *recvbuf, const MPI_Count recvcounts[], const MPI_Aint displs[],
-                             MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                  recvtype, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Iallgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                  recvtype, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Iallgatherv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Iallreduce_c(const void *sendbuf, void *recvbuf, MPI_Count count,
-                            MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request);
-    if (FITS(count))
-        return MPI_Iallreduce(sendbuf, recvbuf, (int)count, datatype, op, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Iallreduce_c(sendbuf, recvbuf, count, datatype, op, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Iallreduce_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ialltoall_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                           void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, MPI_Comm comm,
-                           MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-                                request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Ialltoall(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                             comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ialltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, comm,
-                                request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ialltoall_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ialltoallv_c(const void *sendbuf, const MPI_Count sendcounts[],
-                            const MPI_Aint sdispls[], MPI_Datatype sendtype, void *recvbuf,
-                            const MPI_Count recvcounts[], const MPI_Aint rdispls[],
-                            MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
-                                 rdispls, recvtype, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ialltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf, recvcounts,
-                                 rdispls, recvtype, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ialltoallv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ialltoallw_c(const void *sendbuf, const MPI_Count sendcounts[],
-                            const MPI_Aint sdispls[], const MPI_Datatype sendtypes[], void *recvbuf,
-                            const MPI_Count recvcounts[], const MPI_Aint rdispls[],
-                            const MPI_Datatype recvtypes[], MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                 rdispls, recvtypes, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ialltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf, recvcounts,
-                                 rdispls, recvtypes, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ialltoallw_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ibcast_c(void *buffer, MPI_Count count, MPI_Datatype datatype, int root,
-                        MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ibcast_c(buffer, count, datatype, root, comm, request);
-    if (FITS(count))
-        return MPI_Ibcast(buffer, (int)count, datatype, root, comm, request);
-    if (!(DEV(buffer)))
-        return PMPI_Ibcast_c(buffer, count, datatype, root, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ibcast_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ibsend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                        MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Ibsend(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Ibsend_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ibsend_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Iexscan_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
-                         MPI_Op op, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request);
-    if (FITS(count))
-        return MPI_Iexscan(sendbuf, recvbuf, (int)count, datatype, op, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Iexscan_c(sendbuf, recvbuf, count, datatype, op, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Iexscan_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Igather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                         void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
-                         MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                              comm, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Igather(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                           root, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Igather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                              comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Igather_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Igatherv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                          void *recvbuf, const MPI_Count recvcounts[], const MPI_Aint displs[],
-                          MPI_Datatype recvtype, int root, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
-                               root, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Igatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs, recvtype,
-                               root, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Igatherv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Imrecv_c(void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Message *message,
-                        MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Imrecv_c(buf, count, datatype, message, request);
-    if (FITS(count))
-        return MPI_Imrecv(buf, (int)count, datatype, message, request);
-    if (!(DEV(buf)))
-        return PMPI_Imrecv_c(buf, count, datatype, message, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Imrecv_c", &once, TOO_BIG, ERR_COMM(MPI_COMM_WORLD));
-}
-
-EXPORT int MPI_Ineighbor_allgather_c(const void *sendbuf, MPI_Count sendcount,
-                                     MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount,
-                                     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                          recvtype, comm, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Ineighbor_allgather(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount,
-                                       recvtype, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ineighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                          recvtype, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ineighbor_allgather_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ineighbor_allgatherv_c(const void *sendbuf, MPI_Count sendcount,
-                                      MPI_Datatype sendtype, void *recvbuf,
-                                      const MPI_Count recvcounts[], const MPI_Aint displs[],
-                                      MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
-                                           displs, recvtype, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ineighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
-                                           displs, recvtype, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ineighbor_allgatherv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ineighbor_alltoall_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                                    void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
-                                    MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                         comm, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Ineighbor_alltoall(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount,
-                                      recvtype, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ineighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                         comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ineighbor_alltoall_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ineighbor_alltoallv_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                     const MPI_Aint sdispls[], MPI_Datatype sendtype, void *recvbuf,
-                                     const MPI_Count recvcounts[], const MPI_Aint rdispls[],
-                                     MPI_Datatype recvtype, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
-                                          recvcounts, rdispls, recvtype, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ineighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
-                                          recvcounts, rdispls, recvtype, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ineighbor_alltoallv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ineighbor_alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                     const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
-                                     void *recvbuf, const MPI_Count recvcounts[],
-                                     const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],
-                                     MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,
-                                          recvcounts, rdispls, recvtypes, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ineighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,
-                                          recvcounts, rdispls, recvtypes, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ineighbor_alltoallw_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Irecv_c(void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag,
-                       MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Irecv_c(buf, count, datatype, source, tag, comm, request);
-    if (FITS(count))
-        return MPI_Irecv(buf, (int)count, datatype, source, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Irecv_c(buf, count, datatype, source, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Irecv_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ireduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
-                         MPI_Op op, int root, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request);
-    if (FITS(count))
-        return MPI_Ireduce(sendbuf, recvbuf, (int)count, datatype, op, root, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ireduce_c(sendbuf, recvbuf, count, datatype, op, root, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ireduce_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ireduce_scatter_block_c(const void *sendbuf, void *recvbuf, MPI_Count recvcount,
-                                       MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                                       MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm,
-                                            request);
-    if (FITS(recvcount))
-        return MPI_Ireduce_scatter_block(sendbuf, recvbuf, (int)recvcount, datatype, op, comm,
-                                         request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ireduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm,
-                                            request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ireduce_scatter_block_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ireduce_scatter_c(const void *sendbuf, void *recvbuf, const MPI_Count recvcounts[],
-                                 MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                                 MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Ireduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ireduce_scatter_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Irsend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                        MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Irsend_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Irsend(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Irsend_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Irsend_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Iscan_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
-                       MPI_Op op, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request);
-    if (FITS(count))
-        return MPI_Iscan(sendbuf, recvbuf, (int)count, datatype, op, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Iscan_c(sendbuf, recvbuf, count, datatype, op, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Iscan_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Iscatter_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                          void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
-                          MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                               comm, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Iscatter(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                            root, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Iscatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                               comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Iscatter_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Iscatterv_c(const void *sendbuf, const MPI_Count sendcounts[],
-                           const MPI_Aint displs[], MPI_Datatype sendtype, void *recvbuf,
-                           MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
-                           MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype,
-                                root, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Iscatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype,
-                                root, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Iscatterv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Isend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                       MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Isend_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Isend(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Isend_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Isend_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Isendrecv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                           int dest, int sendtag, void *recvbuf, MPI_Count recvcount,
-                           MPI_Datatype recvtype, int source, int recvtag, MPI_Comm comm,
-                           MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                                recvtype, source, recvtag, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Isendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                                recvtype, source, recvtag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Isendrecv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Isendrecv_replace_c(void *buf, MPI_Count count, MPI_Datatype datatype, int dest,
-                                   int sendtag, int source, int recvtag, MPI_Comm comm,
-                                   MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm,
-                                        request);
-    if (!(DEV(buf)))
-        return PMPI_Isendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm,
-                                        request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Isendrecv_replace_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Issend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                        MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Issend_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Issend(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Issend_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Issend_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Mrecv_c(void *buf, MPI_Count count, MPI_Datatype datatype, MPI_Message *message,
-                       MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Mrecv_c(buf, count, datatype, message, status);
-    if (FITS(count))
-        return MPI_Mrecv(buf, (int)count, datatype, message, status);
-    if (!(DEV(buf)))
-        return PMPI_Mrecv_c(buf, count, datatype, message, status);
-    static atomic_int once;
-    return refuse("MPI_Mrecv_c", &once, TOO_BIG, ERR_COMM(MPI_COMM_WORLD));
-}
-
-EXPORT int MPI_Neighbor_allgather_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                                    void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
-                                    MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                         comm);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Neighbor_allgather(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount,
-                                      recvtype, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_allgather_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                         comm);
-    static atomic_int once;
-    return refuse("MPI_Neighbor_allgather_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_allgather_init_c(const void *sendbuf, MPI_Count sendcount,
-                                         MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount,
-                                         MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
-                                         MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                              recvtype, comm, info, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Neighbor_allgather_init(sendbuf, (int)sendcount, sendtype, recvbuf,
-                                           (int)recvcount, recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_allgather_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                              recvtype, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Neighbor_allgather_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_allgatherv_c(const void *sendbuf, MPI_Count sendcount,
-                                     MPI_Datatype sendtype, void *recvbuf,
-                                     const MPI_Count recvcounts[], const MPI_Aint displs[],
-                                     MPI_Datatype recvtype, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                          recvtype, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_allgatherv_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts, displs,
-                                          recvtype, comm);
-    static atomic_int once;
-    return refuse("MPI_Neighbor_allgatherv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_allgatherv_init_c(const void *sendbuf, MPI_Count sendcount,
-                                          MPI_Datatype sendtype, void *recvbuf,
-                                          const MPI_Count recvcounts[], const MPI_Aint displs[],
-                                          MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
-                                          MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
-                                               displs, recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_allgatherv_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcounts,
-                                               displs, recvtype, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Neighbor_allgatherv_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_alltoall_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                                   void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
-                                   MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                        comm);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Neighbor_alltoall(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount,
-                                     recvtype, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_alltoall_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype,
-                                        comm);
-    static atomic_int once;
-    return refuse("MPI_Neighbor_alltoall_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_alltoall_init_c(const void *sendbuf, MPI_Count sendcount,
-                                        MPI_Datatype sendtype, void *recvbuf, MPI_Count recvcount,
-                                        MPI_Datatype recvtype, MPI_Comm comm, MPI_Info info,
-                                        MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                             recvtype, comm, info, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Neighbor_alltoall_init(sendbuf, (int)sendcount, sendtype, recvbuf,
-                                          (int)recvcount, recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_alltoall_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount,
-                                             recvtype, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Neighbor_alltoall_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_alltoallv_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                    const MPI_Aint sdispls[], MPI_Datatype sendtype, void *recvbuf,
-                                    const MPI_Count recvcounts[], const MPI_Aint rdispls[],
-                                    MPI_Datatype recvtype, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
-                                         recvcounts, rdispls, recvtype, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_alltoallv_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
-                                         recvcounts, rdispls, recvtype, comm);
-    static atomic_int once;
-    return refuse("MPI_Neighbor_alltoallv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_alltoallv_init_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                         const MPI_Aint sdispls[], MPI_Datatype sendtype,
-                                         void *recvbuf, const MPI_Count recvcounts[],
-                                         const MPI_Aint rdispls[], MPI_Datatype recvtype,
-                                         MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
-                                              recvcounts, rdispls, recvtype, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_alltoallv_init_c(sendbuf, sendcounts, sdispls, sendtype, recvbuf,
-                                              recvcounts, rdispls, recvtype, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Neighbor_alltoallv_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_alltoallw_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                    const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
-                                    void *recvbuf, const MPI_Count recvcounts[],
-                                    const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],
-                                    MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,
-                                         recvcounts, rdispls, recvtypes, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_alltoallw_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,
-                                         recvcounts, rdispls, recvtypes, comm);
-    static atomic_int once;
-    return refuse("MPI_Neighbor_alltoallw_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Neighbor_alltoallw_init_c(const void *sendbuf, const MPI_Count sendcounts[],
-                                         const MPI_Aint sdispls[], const MPI_Datatype sendtypes[],
-                                         void *recvbuf, const MPI_Count recvcounts[],
-                                         const MPI_Aint rdispls[], const MPI_Datatype recvtypes[],
-                                         MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,
-                                              recvcounts, rdispls, recvtypes, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Neighbor_alltoallw_init_c(sendbuf, sendcounts, sdispls, sendtypes, recvbuf,
-                                              recvcounts, rdispls, recvtypes, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Neighbor_alltoallw_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Pack_c(const void *inbuf, MPI_Count incount, MPI_Datatype datatype, void *outbuf,
-                      MPI_Count outsize, MPI_Count *position, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm);
-    if (FITS(incount) && FITS(outsize) && FITS(*position)) {
-        int i_position = (int)*position;
-        int rc = MPI_Pack(inbuf, (int)incount, datatype, outbuf, (int)outsize, &i_position, comm);
-        *position = i_position;
-        return rc;
+#define ARGS(...) __VA_ARGS__
+
+/* One hook: MPI's own call while staging is off; the plugin's int form
+ * (call) while fits; MPI's own for host buffers; else refused, why being
+ * TOO_BIG or NOT_COVERED (no int form: fits and call 0). out: what a
+ * refusal sets (a request, a window). */
+#define HOOK(Name, params, args, fits, call, dev, eh, out, why)                                  \
+    EXPORT int Name(ARGS params)                                                                 \
+    {                                                                                            \
+        if (RK_STG_LIKELY(!rk_stg_active))                                                       \
+            return P##Name(ARGS args);                                                           \
+        if (fits)                                                                                \
+            return call;                                                                         \
+        if (!(dev))                                                                              \
+            return P##Name(ARGS args);                                                           \
+        static atomic_int once;                                                                  \
+        out;                                                                                     \
+        return refuse(#Name, &once, why, eh);                                                    \
     }
-    if (!(DEV(inbuf) || DEV(outbuf)))
-        return PMPI_Pack_c(inbuf, incount, datatype, outbuf, outsize, position, comm);
-    static atomic_int once;
-    return refuse("MPI_Pack_c", &once, TOO_BIG, ERR_COMM(comm));
-}
 
-EXPORT int MPI_Pack_external_c(const char *datarep, const void *inbuf, MPI_Count incount,
-                               MPI_Datatype datatype, void *outbuf, MPI_Count outsize,
-                               MPI_Count *position)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position);
-    if (FITS(incount) && FITS(outsize) && FITS(*position)) {
-        MPI_Aint i_position = (MPI_Aint)*position;
-        int rc =
-            MPI_Pack_external(datarep, inbuf, (int)incount, datatype, outbuf, outsize, &i_position);
-        *position = i_position;
-        return rc;
-    }
-    if (!(DEV(inbuf) || DEV(outbuf)))
-        return PMPI_Pack_external_c(datarep, inbuf, incount, datatype, outbuf, outsize, position);
-    static atomic_int once;
-    return refuse("MPI_Pack_external_c", &once, TOO_BIG, ERR_COMM(MPI_COMM_WORLD));
-}
+/* The trailing parameters of the forms of a family: none, a request (the
+ * nonblocking forms), info and a request (the persistent ones). */
+#define PLAIN_P
+#define PLAIN_A
+#define PLAIN_OUT (void)0
+#define NB_P , MPI_Request *req
+#define NB_A , req
+#define NB_OUT *req = MPI_REQUEST_NULL
+#define PERS_P , MPI_Info info, MPI_Request *req
+#define PERS_A , info, req
+#define PERS_OUT *req = MPI_REQUEST_NULL
 
-EXPORT int MPI_Put_c(const void *origin_addr, MPI_Count origin_count, MPI_Datatype origin_datatype,
-                     int target_rank, MPI_Aint target_disp, MPI_Count target_count,
-                     MPI_Datatype target_datatype, MPI_Win win)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                          target_count, target_datatype, win);
-    if (FITS(origin_count) && FITS(target_count))
-        return MPI_Put(origin_addr, (int)origin_count, origin_datatype, target_rank, target_disp,
-                       (int)target_count, target_datatype, win);
-    if (!(DEV(origin_addr)))
-        return PMPI_Put_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                          target_count, target_datatype, win);
-    static atomic_int once;
-    return refuse("MPI_Put_c", &once, TOO_BIG, ERR_WIN(win));
-}
+/* ---- point to point ---- */
 
-EXPORT int MPI_Raccumulate_c(const void *origin_addr, MPI_Count origin_count,
-                             MPI_Datatype origin_datatype, int target_rank, MPI_Aint target_disp,
-                             MPI_Count target_count, MPI_Datatype target_datatype, MPI_Op op,
-                             MPI_Win win, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank,
-                                  target_disp, target_count, target_datatype, op, win, request);
-    if (FITS(origin_count) && FITS(target_count))
-        return MPI_Raccumulate(origin_addr, (int)origin_count, origin_datatype, target_rank,
-                               target_disp, (int)target_count, target_datatype, op, win, request);
-    if (!(DEV(origin_addr)))
-        return PMPI_Raccumulate_c(origin_addr, origin_count, origin_datatype, target_rank,
-                                  target_disp, target_count, target_datatype, op, win, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Raccumulate_c", &once, TOO_BIG, ERR_WIN(win));
-}
+#define SEND(Name, Int, T)                                                                       \
+    HOOK(Name, (const void *buf, MPI_Count count, MPI_Datatype dt, int dest, int tag,            \
+                MPI_Comm comm T##_P),                                                           \
+         (buf, count, dt, dest, tag, comm T##_A), FITS(count),                                   \
+         Int(buf, I(count), dt, dest, tag, comm T##_A), DEV(buf), ON_COMM(comm), T##_OUT, TOO_BIG)
+SEND(MPI_Send_c, MPI_Send, PLAIN)
+SEND(MPI_Ssend_c, MPI_Ssend, PLAIN)
+SEND(MPI_Rsend_c, MPI_Rsend, PLAIN)
+SEND(MPI_Bsend_c, MPI_Bsend, PLAIN)
+SEND(MPI_Isend_c, MPI_Isend, NB)
+SEND(MPI_Issend_c, MPI_Issend, NB)
+SEND(MPI_Irsend_c, MPI_Irsend, NB)
+SEND(MPI_Ibsend_c, MPI_Ibsend, NB)
+SEND(MPI_Send_init_c, MPI_Send_init, NB)
+SEND(MPI_Ssend_init_c, MPI_Ssend_init, NB)
+SEND(MPI_Rsend_init_c, MPI_Rsend_init, NB)
+SEND(MPI_Bsend_init_c, MPI_Bsend_init, NB)
 
-EXPORT int MPI_Recv_c(void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag,
-                      MPI_Comm comm, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Recv_c(buf, count, datatype, source, tag, comm, status);
-    if (FITS(count))
-        return MPI_Recv(buf, (int)count, datatype, source, tag, comm, status);
-    if (!(DEV(buf)))
-        return PMPI_Recv_c(buf, count, datatype, source, tag, comm, status);
-    static atomic_int once;
-    return refuse("MPI_Recv_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+#define STATUS_P , MPI_Status *st
+#define STATUS_A , st
+#define STATUS_OUT (void)0
+#define RECV(Name, Int, T)                                                                       \
+    HOOK(Name, (void *buf, MPI_Count count, MPI_Datatype dt, int src, int tag,                  \
+                MPI_Comm comm T##_P),                                                           \
+         (buf, count, dt, src, tag, comm T##_A), FITS(count),                                    \
+         Int(buf, I(count), dt, src, tag, comm T##_A), DEV(buf), ON_COMM(comm), T##_OUT, TOO_BIG)
+RECV(MPI_Recv_c, MPI_Recv, STATUS)
+RECV(MPI_Irecv_c, MPI_Irecv, NB)
+RECV(MPI_Recv_init_c, MPI_Recv_init, NB)
 
-EXPORT int MPI_Recv_init_c(void *buf, MPI_Count count, MPI_Datatype datatype, int source, int tag,
-                           MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Recv_init_c(buf, count, datatype, source, tag, comm, request);
-    if (FITS(count))
-        return MPI_Recv_init(buf, (int)count, datatype, source, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Recv_init_c(buf, count, datatype, source, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Recv_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* Matched receives: no communicator (the world's handler). */
+#define MRECV(Name, Int, T)                                                                      \
+    HOOK(Name, (void *buf, MPI_Count count, MPI_Datatype dt, MPI_Message *msg T##_P),            \
+         (buf, count, dt, msg T##_A), FITS(count), Int(buf, I(count), dt, msg T##_A), DEV(buf),  \
+         ON_COMM(MPI_COMM_WORLD), T##_OUT, TOO_BIG)
+MRECV(MPI_Mrecv_c, MPI_Mrecv, STATUS)
+MRECV(MPI_Imrecv_c, MPI_Imrecv, NB)
 
-EXPORT int MPI_Reduce_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
-                        MPI_Op op, int root, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
-    if (FITS(count))
-        return MPI_Reduce(sendbuf, recvbuf, (int)count, datatype, op, root, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Reduce_c(sendbuf, recvbuf, count, datatype, op, root, comm);
-    static atomic_int once;
-    return refuse("MPI_Reduce_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+#define SENDRECV(Name, Int, T)                                                                   \
+    HOOK(Name, (const void *sbuf, MPI_Count scount, MPI_Datatype stype, int dest, int stag,      \
+                void *rbuf, MPI_Count rcount, MPI_Datatype rtype, int src, int rtag,             \
+                MPI_Comm comm T##_P),                                                           \
+         (sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm T##_A),          \
+         FITS(scount) && FITS(rcount),                                               \
+         Int(sbuf, I(scount), stype, dest, stag, rbuf, I(rcount), rtype, src, rtag, comm T##_A), \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, TOO_BIG)
+#define SENDRECV_REPLACE(Name, Int, T)                                                           \
+    HOOK(Name, (void *buf, MPI_Count count, MPI_Datatype dt, int dest, int stag, int src,        \
+                int rtag, MPI_Comm comm T##_P),                                                  \
+         (buf, count, dt, dest, stag, src, rtag, comm T##_A), FITS(count),           \
+         Int(buf, I(count), dt, dest, stag, src, rtag, comm T##_A), DEV(buf), ON_COMM(comm),     \
+         T##_OUT, TOO_BIG)
+SENDRECV(MPI_Sendrecv_c, MPI_Sendrecv, STATUS)
+SENDRECV_REPLACE(MPI_Sendrecv_replace_c, MPI_Sendrecv_replace, STATUS)
 
-EXPORT int MPI_Reduce_init_c(const void *sendbuf, void *recvbuf, MPI_Count count,
-                             MPI_Datatype datatype, MPI_Op op, int root, MPI_Comm comm,
-                             MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request);
-    if (FITS(count))
-        return MPI_Reduce_init(sendbuf, recvbuf, (int)count, datatype, op, root, comm, info,
-                               request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Reduce_init_c(sendbuf, recvbuf, count, datatype, op, root, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Reduce_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* ---- calls without an int form of the plugin's: device buffers refused ---- */
 
-EXPORT int MPI_Reduce_local_c(const void *inbuf, void *inoutbuf, MPI_Count count,
-                              MPI_Datatype datatype, MPI_Op op)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op);
-    if (FITS(count))
-        return MPI_Reduce_local(inbuf, inoutbuf, (int)count, datatype, op);
-    if (!(DEV(inbuf) || DEV(inoutbuf)))
-        return PMPI_Reduce_local_c(inbuf, inoutbuf, count, datatype, op);
-    static atomic_int once;
-    return refuse("MPI_Reduce_local_c", &once, TOO_BIG, ERR_COMM(MPI_COMM_WORLD));
-}
+/* (MPI_Isendrecv and MPI_Isendrecv_replace have int counts already.) */
+#define ISENDRECV(Name, CountT)                                                                  \
+    HOOK(Name, (const void *sbuf, CountT scount, MPI_Datatype stype, int dest, int stag,         \
+                void *rbuf, CountT rcount, MPI_Datatype rtype, int src, int rtag, MPI_Comm comm, \
+                MPI_Request *req),                                                              \
+         (sbuf, scount, stype, dest, stag, rbuf, rcount, rtype, src, rtag, comm, req), 0,        \
+         0, DEV(sbuf) || DEV(rbuf), ON_COMM(comm), *req = MPI_REQUEST_NULL, NOT_COVERED)
+#define ISENDRECV_REPLACE(Name, CountT)                                                          \
+    HOOK(Name, (void *buf, CountT count, MPI_Datatype dt, int dest, int stag, int src, int rtag, \
+                MPI_Comm comm, MPI_Request *req),                                                \
+         (buf, count, dt, dest, stag, src, rtag, comm, req), 0, 0, DEV(buf), ON_COMM(comm),      \
+         *req = MPI_REQUEST_NULL, NOT_COVERED)
+ISENDRECV(MPI_Isendrecv, int)
+ISENDRECV(MPI_Isendrecv_c, MPI_Count)
+ISENDRECV_REPLACE(MPI_Isendrecv_replace, int)
+ISENDRECV_REPLACE(MPI_Isendrecv_replace_c, MPI_Count)
 
-EXPORT int MPI_Reduce_scatter_block_c(const void *sendbuf, void *recvbuf, MPI_Count recvcount,
-                                      MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm);
-    if (FITS(recvcount))
-        return MPI_Reduce_scatter_block(sendbuf, recvbuf, (int)recvcount, datatype, op, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Reduce_scatter_block_c(sendbuf, recvbuf, recvcount, datatype, op, comm);
-    static atomic_int once;
-    return refuse("MPI_Reduce_scatter_block_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* Partitioned communication. */
+HOOK(MPI_Psend_init,
+     (const void *buf, int partitions, MPI_Count count, MPI_Datatype dt, int dest, int tag,
+      MPI_Comm comm, MPI_Info info, MPI_Request *req),
+     (buf, partitions, count, dt, dest, tag, comm, info, req), 0, 0, DEV(buf), ON_COMM(comm),
+     *req = MPI_REQUEST_NULL, NOT_COVERED)
+HOOK(MPI_Precv_init,
+     (void *buf, int partitions, MPI_Count count, MPI_Datatype dt, int src, int tag,
+      MPI_Comm comm, MPI_Info info, MPI_Request *req),
+     (buf, partitions, count, dt, src, tag, comm, info, req), 0, 0, DEV(buf), ON_COMM(comm),
+     *req = MPI_REQUEST_NULL, NOT_COVERED)
 
-EXPORT int MPI_Reduce_scatter_block_init_c(const void *sendbuf, void *recvbuf, MPI_Count recvcount,
-                                           MPI_Datatype datatype, MPI_Op op, MPI_Comm comm,
-                                           MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm,
-                                                info, request);
-    if (FITS(recvcount))
-        return MPI_Reduce_scatter_block_init(sendbuf, recvbuf, (int)recvcount, datatype, op, comm,
-                                             info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Reduce_scatter_block_init_c(sendbuf, recvbuf, recvcount, datatype, op, comm,
-                                                info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Reduce_scatter_block_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* MPI's buffer for buffered sends: MPI writes it itself. */
+HOOK(MPI_Buffer_attach, (void *buffer, int size), (buffer, size), 0, 0, DEV(buffer),
+     ON_COMM(MPI_COMM_WORLD), (void)0, NOT_COVERED)
+HOOK(MPI_Buffer_attach_c, (void *buffer, MPI_Count size), (buffer, size), 0, 0, DEV(buffer),
+     ON_COMM(MPI_COMM_WORLD), (void)0, NOT_COVERED)
 
-EXPORT int MPI_Reduce_scatter_c(const void *sendbuf, void *recvbuf, const MPI_Count recvcounts[],
-                                MPI_Datatype datatype, MPI_Op op, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Reduce_scatter_c(sendbuf, recvbuf, recvcounts, datatype, op, comm);
-    static atomic_int once;
-    return refuse("MPI_Reduce_scatter_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
+/* ---- collectives: the int forms are the hooks of staging/coll.c ---- */
 
-EXPORT int MPI_Reduce_scatter_init_c(const void *sendbuf, void *recvbuf,
-                                     const MPI_Count recvcounts[], MPI_Datatype datatype, MPI_Op op,
-                                     MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,
-                                          request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Reduce_scatter_init_c(sendbuf, recvbuf, recvcounts, datatype, op, comm, info,
-                                          request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Reduce_scatter_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
+/* Each family's three forms: blocking, nonblocking (I...), persistent (..._init). */
+#define FAMILY(F, Base, base)                                                                    \
+    F(MPI_##Base##_c, MPI_##Base, PLAIN)                                                         \
+    F(MPI_I##base##_c, MPI_I##base, NB)                                                          \
+    F(MPI_##Base##_init_c, MPI_##Base##_init, PERS)
 
-EXPORT int MPI_Rget_accumulate_c(const void *origin_addr, MPI_Count origin_count,
-                                 MPI_Datatype origin_datatype, void *result_addr,
-                                 MPI_Count result_count, MPI_Datatype result_datatype,
-                                 int target_rank, MPI_Aint target_disp, MPI_Count target_count,
-                                 MPI_Datatype target_datatype, MPI_Op op, MPI_Win win,
-                                 MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,
-                                      result_count, result_datatype, target_rank, target_disp,
-                                      target_count, target_datatype, op, win, request);
-    if (FITS(origin_count) && FITS(result_count) && FITS(target_count))
-        return MPI_Rget_accumulate(origin_addr, (int)origin_count, origin_datatype, result_addr,
-                                   (int)result_count, result_datatype, target_rank, target_disp,
-                                   (int)target_count, target_datatype, op, win, request);
-    if (!(DEV(origin_addr) || DEV(result_addr)))
-        return PMPI_Rget_accumulate_c(origin_addr, origin_count, origin_datatype, result_addr,
-                                      result_count, result_datatype, target_rank, target_disp,
-                                      target_count, target_datatype, op, win, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Rget_accumulate_c", &once, TOO_BIG, ERR_WIN(win));
-}
+#define BCAST(Name, Int, T)                                                                      \
+    HOOK(Name, (void *buf, MPI_Count count, MPI_Datatype dt, int root, MPI_Comm comm T##_P),     \
+         (buf, count, dt, root, comm T##_A), FITS(count),                                        \
+         Int(buf, I(count), dt, root, comm T##_A), DEV(buf), ON_COMM(comm), T##_OUT, TOO_BIG)
+FAMILY(BCAST, Bcast, bcast)
 
-EXPORT int MPI_Rget_c(void *origin_addr, MPI_Count origin_count, MPI_Datatype origin_datatype,
-                      int target_rank, MPI_Aint target_disp, MPI_Count target_count,
-                      MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                           target_count, target_datatype, win, request);
-    if (FITS(origin_count) && FITS(target_count))
-        return MPI_Rget(origin_addr, (int)origin_count, origin_datatype, target_rank, target_disp,
-                        (int)target_count, target_datatype, win, request);
-    if (!(DEV(origin_addr)))
-        return PMPI_Rget_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                           target_count, target_datatype, win, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Rget_c", &once, TOO_BIG, ERR_WIN(win));
-}
+#define REDUCE(Name, Int, T)                                                                     \
+    HOOK(Name, (const void *sbuf, void *rbuf, MPI_Count count, MPI_Datatype dt, MPI_Op op,       \
+                int root, MPI_Comm comm T##_P),                                                  \
+         (sbuf, rbuf, count, dt, op, root, comm T##_A), FITS(count),                             \
+         Int(sbuf, rbuf, I(count), dt, op, root, comm T##_A), DEV(sbuf) || DEV(rbuf),            \
+         ON_COMM(comm), T##_OUT, TOO_BIG)
+FAMILY(REDUCE, Reduce, reduce)
 
-EXPORT int MPI_Rput_c(const void *origin_addr, MPI_Count origin_count, MPI_Datatype origin_datatype,
-                      int target_rank, MPI_Aint target_disp, MPI_Count target_count,
-                      MPI_Datatype target_datatype, MPI_Win win, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                           target_count, target_datatype, win, request);
-    if (FITS(origin_count) && FITS(target_count))
-        return MPI_Rput(origin_addr, (int)origin_count, origin_datatype, target_rank, target_disp,
-                        (int)target_count, target_datatype, win, request);
-    if (!(DEV(origin_addr)))
-        return PMPI_Rput_c(origin_addr, origin_count, origin_datatype, target_rank, target_disp,
-                           target_count, target_datatype, win, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Rput_c", &once, TOO_BIG, ERR_WIN(win));
-}
+/* Allreduce, Scan, Exscan and Reduce_scatter_block: one count, no root. */
+#define ALLREDUCE(Name, Int, T)                                                                  \
+    HOOK(Name, (const void *sbuf, void *rbuf, MPI_Count count, MPI_Datatype dt, MPI_Op op,       \
+                MPI_Comm comm T##_P),                                                           \
+         (sbuf, rbuf, count, dt, op, comm T##_A), FITS(count),                                   \
+         Int(sbuf, rbuf, I(count), dt, op, comm T##_A), DEV(sbuf) || DEV(rbuf), ON_COMM(comm),   \
+         T##_OUT, TOO_BIG)
+FAMILY(ALLREDUCE, Allreduce, allreduce)
+FAMILY(ALLREDUCE, Scan, scan)
+FAMILY(ALLREDUCE, Exscan, exscan)
+FAMILY(ALLREDUCE, Reduce_scatter_block, reduce_scatter_block)
 
-EXPORT int MPI_Rsend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                       MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Rsend_c(buf, count, datatype, dest, tag, comm);
-    if (FITS(count))
-        return MPI_Rsend(buf, (int)count, datatype, dest, tag, comm);
-    if (!(DEV(buf)))
-        return PMPI_Rsend_c(buf, count, datatype, dest, tag, comm);
-    static atomic_int once;
-    return refuse("MPI_Rsend_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* Gather and Scatter: counts each side and a root. */
+#define ROOTED(Name, Int, T)                                                                     \
+    HOOK(Name, (const void *sbuf, MPI_Count scount, MPI_Datatype stype, void *rbuf,              \
+                MPI_Count rcount, MPI_Datatype rtype, int root, MPI_Comm comm T##_P),            \
+         (sbuf, scount, stype, rbuf, rcount, rtype, root, comm T##_A),                           \
+         FITS(scount) && FITS(rcount),                                                           \
+         Int(sbuf, I(scount), stype, rbuf, I(rcount), rtype, root, comm T##_A),                  \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, TOO_BIG)
+FAMILY(ROOTED, Gather, gather)
+FAMILY(ROOTED, Scatter, scatter)
 
-EXPORT int MPI_Rsend_init_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest,
-                            int tag, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Rsend_init(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Rsend_init_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Rsend_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* Allgather, Alltoall and their neighbourhood forms: counts each side. */
+#define ALL(Name, Int, T)                                                                        \
+    HOOK(Name, (const void *sbuf, MPI_Count scount, MPI_Datatype stype, void *rbuf,              \
+                MPI_Count rcount, MPI_Datatype rtype, MPI_Comm comm T##_P),                      \
+         (sbuf, scount, stype, rbuf, rcount, rtype, comm T##_A), FITS(scount) && FITS(rcount),   \
+         Int(sbuf, I(scount), stype, rbuf, I(rcount), rtype, comm T##_A),                        \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, TOO_BIG)
+FAMILY(ALL, Allgather, allgather)
+FAMILY(ALL, Alltoall, alltoall)
+FAMILY(ALL, Neighbor_allgather, neighbor_allgather)
+FAMILY(ALL, Neighbor_alltoall, neighbor_alltoall)
 
-EXPORT int MPI_Scan_c(const void *sendbuf, void *recvbuf, MPI_Count count, MPI_Datatype datatype,
-                      MPI_Op op, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm);
-    if (FITS(count))
-        return MPI_Scan(sendbuf, recvbuf, (int)count, datatype, op, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Scan_c(sendbuf, recvbuf, count, datatype, op, comm);
-    static atomic_int once;
-    return refuse("MPI_Scan_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* The v- and w-forms: their count and displacement arrays would need int
+ * copies that live as long as a nonblocking call; refused. */
+#define GATHERV(Name, Int, T)                                                                    \
+    HOOK(Name, (const void *sbuf, MPI_Count scount, MPI_Datatype stype, void *rbuf,              \
+                const MPI_Count rcounts[], const MPI_Aint displs[], MPI_Datatype rtype,          \
+                int root, MPI_Comm comm T##_P),                                                  \
+         (sbuf, scount, stype, rbuf, rcounts, displs, rtype, root, comm T##_A), 0, 0,            \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, NOT_COVERED)
+#define SCATTERV(Name, Int, T)                                                                   \
+    HOOK(Name, (const void *sbuf, const MPI_Count scounts[], const MPI_Aint displs[],            \
+                MPI_Datatype stype, void *rbuf, MPI_Count rcount, MPI_Datatype rtype, int root,  \
+                MPI_Comm comm T##_P),                                                           \
+         (sbuf, scounts, displs, stype, rbuf, rcount, rtype, root, comm T##_A), 0, 0,            \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, NOT_COVERED)
+#define ALLGATHERV(Name, Int, T)                                                                 \
+    HOOK(Name, (const void *sbuf, MPI_Count scount, MPI_Datatype stype, void *rbuf,              \
+                const MPI_Count rcounts[], const MPI_Aint displs[], MPI_Datatype rtype,          \
+                MPI_Comm comm T##_P),                                                           \
+         (sbuf, scount, stype, rbuf, rcounts, displs, rtype, comm T##_A), 0, 0,                  \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, NOT_COVERED)
+#define ALLTOALLV(Name, Int, T)                                                                  \
+    HOOK(Name, (const void *sbuf, const MPI_Count scounts[], const MPI_Aint sdispls[],           \
+                MPI_Datatype stype, void *rbuf, const MPI_Count rcounts[],                       \
+                const MPI_Aint rdispls[], MPI_Datatype rtype, MPI_Comm comm T##_P),              \
+         (sbuf, scounts, sdispls, stype, rbuf, rcounts, rdispls, rtype, comm T##_A), 0, 0,       \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, NOT_COVERED)
+#define ALLTOALLW(Name, Int, T)                                                                  \
+    HOOK(Name, (const void *sbuf, const MPI_Count scounts[], const MPI_Aint sdispls[],           \
+                const MPI_Datatype stypes[], void *rbuf, const MPI_Count rcounts[],              \
+                const MPI_Aint rdispls[], const MPI_Datatype rtypes[], MPI_Comm comm T##_P),     \
+         (sbuf, scounts, sdispls, stypes, rbuf, rcounts, rdispls, rtypes, comm T##_A), 0, 0,     \
+         DEV(sbuf) || DEV(rbuf), ON_COMM(comm), T##_OUT, NOT_COVERED)
+#define REDUCE_SCATTER(Name, Int, T)                                                             \
+    HOOK(Name, (const void *sbuf, void *rbuf, const MPI_Count rcounts[], MPI_Datatype dt,        \
+                MPI_Op op, MPI_Comm comm T##_P),                                                 \
+         (sbuf, rbuf, rcounts, dt, op, comm T##_A), 0, 0, DEV(sbuf) || DEV(rbuf),                \
+         ON_COMM(comm), T##_OUT, NOT_COVERED)
+FAMILY(GATHERV, Gatherv, gatherv)
+FAMILY(SCATTERV, Scatterv, scatterv)
+FAMILY(ALLGATHERV, Allgatherv, allgatherv)
+FAMILY(ALLTOALLV, Alltoallv, alltoallv)
+FAMILY(ALLTOALLW, Alltoallw, alltoallw)
+FAMILY(REDUCE_SCATTER, Reduce_scatter, reduce_scatter)
+FAMILY(ALLGATHERV, Neighbor_allgatherv, neighbor_allgatherv)
+FAMILY(ALLTOALLV, Neighbor_alltoallv, neighbor_alltoallv)
+FAMILY(ALLTOALLW, Neighbor_alltoallw, neighbor_alltoallw)
 
-EXPORT int MPI_Scan_init_c(const void *sendbuf, void *recvbuf, MPI_Count count,
-                           MPI_Datatype datatype, MPI_Op op, MPI_Comm comm, MPI_Info info,
-                           MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
-    if (FITS(count))
-        return MPI_Scan_init(sendbuf, recvbuf, (int)count, datatype, op, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Scan_init_c(sendbuf, recvbuf, count, datatype, op, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Scan_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* ---- one-sided origin buffers ---- */
 
-EXPORT int MPI_Scatter_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                         void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
-                         MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                              comm);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Scatter(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount, recvtype,
-                           root, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Scatter_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                              comm);
-    static atomic_int once;
-    return refuse("MPI_Scatter_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+#define PUT(Name, Int, T)                                                                        \
+    HOOK(Name, (const void *obuf, MPI_Count ocount, MPI_Datatype otype, int trank,               \
+                MPI_Aint tdisp, MPI_Count tcount, MPI_Datatype ttype, MPI_Win win T##_P),        \
+         (obuf, ocount, otype, trank, tdisp, tcount, ttype, win T##_A),                          \
+         FITS(ocount) && FITS(tcount),                                                           \
+         Int(obuf, I(ocount), otype, trank, tdisp, I(tcount), ttype, win T##_A), DEV(obuf),      \
+         ON_WIN(win), T##_OUT, TOO_BIG)
+#define GET(Name, Int, T)                                                                        \
+    HOOK(Name, (void *obuf, MPI_Count ocount, MPI_Datatype otype, int trank, MPI_Aint tdisp,     \
+                MPI_Count tcount, MPI_Datatype ttype, MPI_Win win T##_P),                        \
+         (obuf, ocount, otype, trank, tdisp, tcount, ttype, win T##_A),                          \
+         FITS(ocount) && FITS(tcount),                                                           \
+         Int(obuf, I(ocount), otype, trank, tdisp, I(tcount), ttype, win T##_A), DEV(obuf),      \
+         ON_WIN(win), T##_OUT, TOO_BIG)
+#define ACC(Name, Int, T)                                                                        \
+    HOOK(Name, (const void *obuf, MPI_Count ocount, MPI_Datatype otype, int trank,               \
+                MPI_Aint tdisp, MPI_Count tcount, MPI_Datatype ttype, MPI_Op op,                 \
+                MPI_Win win T##_P),                                                              \
+         (obuf, ocount, otype, trank, tdisp, tcount, ttype, op, win T##_A),                      \
+         FITS(ocount) && FITS(tcount),                                                           \
+         Int(obuf, I(ocount), otype, trank, tdisp, I(tcount), ttype, op, win T##_A), DEV(obuf),  \
+         ON_WIN(win), T##_OUT, TOO_BIG)
+#define GET_ACC(Name, Int, T)                                                                    \
+    HOOK(Name, (const void *obuf, MPI_Count ocount, MPI_Datatype otype, void *rbuf,              \
+                MPI_Count rcount, MPI_Datatype rtype, int trank, MPI_Aint tdisp,                 \
+                MPI_Count tcount, MPI_Datatype ttype, MPI_Op op, MPI_Win win T##_P),             \
+         (obuf, ocount, otype, rbuf, rcount, rtype, trank, tdisp, tcount, ttype, op, win T##_A), \
+         FITS(ocount) && FITS(rcount) && FITS(tcount),                                           \
+         Int(obuf, I(ocount), otype, rbuf, I(rcount), rtype, trank, tdisp, I(tcount), ttype, op, \
+             win T##_A),                                                                         \
+         DEV(obuf) || DEV(rbuf), ON_WIN(win), T##_OUT, TOO_BIG)
+#define RMA_NB_P , MPI_Request *req
+#define RMA_NB_A , req
+#define RMA_NB_OUT *req = MPI_REQUEST_NULL
+PUT(MPI_Put_c, MPI_Put, PLAIN)
+PUT(MPI_Rput_c, MPI_Rput, RMA_NB)
+GET(MPI_Get_c, MPI_Get, PLAIN)
+GET(MPI_Rget_c, MPI_Rget, RMA_NB)
+ACC(MPI_Accumulate_c, MPI_Accumulate, PLAIN)
+ACC(MPI_Raccumulate_c, MPI_Raccumulate, RMA_NB)
+GET_ACC(MPI_Get_accumulate_c, MPI_Get_accumulate, PLAIN)
+GET_ACC(MPI_Rget_accumulate_c, MPI_Rget_accumulate, RMA_NB)
 
-EXPORT int MPI_Scatter_init_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype,
-                              void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype, int root,
-                              MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                                   comm, info, request);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Scatter_init(sendbuf, (int)sendcount, sendtype, recvbuf, (int)recvcount,
-                                recvtype, root, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Scatter_init_c(sendbuf, sendcount, sendtype, recvbuf, recvcount, recvtype, root,
-                                   comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Scatter_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* A window of device memory: MPI_Win_create refuses it (staging/misc.c). */
+HOOK(MPI_Win_create_c,
+     (void *base, MPI_Aint size, MPI_Aint disp_unit, MPI_Info info, MPI_Comm comm, MPI_Win *win),
+     (base, size, disp_unit, info, comm, win), FITS(disp_unit),
+     MPI_Win_create(base, size, I(disp_unit), info, comm, win), DEV(base), ON_COMM(comm),
+     *win = MPI_WIN_NULL, TOO_BIG)
 
-EXPORT int MPI_Scatterv_c(const void *sendbuf, const MPI_Count sendcounts[],
-                          const MPI_Aint displs[], MPI_Datatype sendtype, void *recvbuf,
-                          MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype,
-                               root, comm);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Scatterv_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount, recvtype,
-                               root, comm);
-    static atomic_int once;
-    return refuse("MPI_Scatterv_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
+/* ---- local calls: MPI_Reduce_local, MPI_Pack and MPI_Unpack ---- */
 
-EXPORT int MPI_Scatterv_init_c(const void *sendbuf, const MPI_Count sendcounts[],
-                               const MPI_Aint displs[], MPI_Datatype sendtype, void *recvbuf,
-                               MPI_Count recvcount, MPI_Datatype recvtype, int root, MPI_Comm comm,
-                               MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
-                                    recvtype, root, comm, info, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Scatterv_init_c(sendbuf, sendcounts, displs, sendtype, recvbuf, recvcount,
-                                    recvtype, root, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Scatterv_init_c", &once, NOT_COVERED, ERR_COMM(comm));
-}
+HOOK(MPI_Reduce_local_c,
+     (const void *inbuf, void *inoutbuf, MPI_Count count, MPI_Datatype dt, MPI_Op op),
+     (inbuf, inoutbuf, count, dt, op), FITS(count),
+     MPI_Reduce_local(inbuf, inoutbuf, I(count), dt, op), DEV(inbuf) || DEV(inoutbuf),
+     ON_COMM(MPI_COMM_WORLD), (void)0, TOO_BIG)
 
-EXPORT int MPI_Send_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                      MPI_Comm comm)
+/* The int forms take an int position (MPI_Aint for external32): a copy
+ * in and out. */
+static int pack_i(const void *in, MPI_Count n, MPI_Datatype dt, void *out, MPI_Count size,
+                  MPI_Count *pos, MPI_Comm comm)
 {
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Send_c(buf, count, datatype, dest, tag, comm);
-    if (FITS(count))
-        return MPI_Send(buf, (int)count, datatype, dest, tag, comm);
-    if (!(DEV(buf)))
-        return PMPI_Send_c(buf, count, datatype, dest, tag, comm);
-    static atomic_int once;
-    return refuse("MPI_Send_c", &once, TOO_BIG, ERR_COMM(comm));
+    int p = I(*pos);
+    int rc = MPI_Pack(in, I(n), dt, out, I(size), &p, comm);
+    *pos = p;
+    return rc;
 }
+static int unpack_i(const void *in, MPI_Count size, MPI_Count *pos, void *out, MPI_Count n,
+                    MPI_Datatype dt, MPI_Comm comm)
+{
+    int p = I(*pos);
+    int rc = MPI_Unpack(in, I(size), &p, out, I(n), dt, comm);
+    *pos = p;
+    return rc;
+}
+static int pack_ext_i(const char *rep, const void *in, MPI_Count n, MPI_Datatype dt, void *out,
+                      MPI_Count size, MPI_Count *pos)
+{
+    MPI_Aint p = (MPI_Aint)*pos;
+    int rc = MPI_Pack_external(rep, in, I(n), dt, out, (MPI_Aint)size, &p);
+    *pos = p;
+    return rc;
+}
+static int unpack_ext_i(const char *rep, const void *in, MPI_Count size, MPI_Count *pos, void *out,
+                        MPI_Count n, MPI_Datatype dt)
+{
+    MPI_Aint p = (MPI_Aint)*pos;
+    int rc = MPI_Unpack_external(rep, in, (MPI_Aint)size, &p, out, I(n), dt);
+    *pos = p;
+    return rc;
+}
+HOOK(MPI_Pack_c,
+     (const void *in, MPI_Count n, MPI_Datatype dt, void *out, MPI_Count size, MPI_Count *pos,
+      MPI_Comm comm),
+     (in, n, dt, out, size, pos, comm), FITS(n) && FITS(size) && FITS(*pos),
+     pack_i(in, n, dt, out, size, pos, comm), DEV(in) || DEV(out), ON_COMM(comm), (void)0,
+     TOO_BIG)
+HOOK(MPI_Unpack_c,
+     (const void *in, MPI_Count size, MPI_Count *pos, void *out, MPI_Count n, MPI_Datatype dt,
+      MPI_Comm comm),
+     (in, size, pos, out, n, dt, comm), FITS(n) && FITS(size) && FITS(*pos),
+     unpack_i(in, size, pos, out, n, dt, comm), DEV(in) || DEV(out), ON_COMM(comm), (void)0,
+     TOO_BIG)
+HOOK(MPI_Pack_external_c,
+     (const char rep[], const void *in, MPI_Count n, MPI_Datatype dt, void *out, MPI_Count size,
+      MPI_Count *pos),
+     (rep, in, n, dt, out, size, pos), FITS(n), pack_ext_i(rep, in, n, dt, out, size, pos),
+     DEV(in) || DEV(out), ON_COMM(MPI_COMM_WORLD), (void)0, TOO_BIG)
+HOOK(MPI_Unpack_external_c,
+     (const char rep[], const void *in, MPI_Count size, MPI_Count *pos, void *out, MPI_Count n,
+      MPI_Datatype dt),
+     (rep, in, size, pos, out, n, dt), FITS(n), unpack_ext_i(rep, in, size, pos, out, n, dt),
+     DEV(in) || DEV(out), ON_COMM(MPI_COMM_WORLD), (void)0, TOO_BIG)
 
-EXPORT int MPI_Send_init_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest,
-                           int tag, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Send_init_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Send_init(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Send_init_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Send_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
+/* ---- MPI-IO ---- */
 
-EXPORT int MPI_Sendrecv_c(const void *sendbuf, MPI_Count sendcount, MPI_Datatype sendtype, int dest,
-                          int sendtag, void *recvbuf, MPI_Count recvcount, MPI_Datatype recvtype,
-                          int source, int recvtag, MPI_Comm comm, MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                               recvtype, source, recvtag, comm, status);
-    if (FITS(sendcount) && FITS(recvcount))
-        return MPI_Sendrecv(sendbuf, (int)sendcount, sendtype, dest, sendtag, recvbuf,
-                            (int)recvcount, recvtype, source, recvtag, comm, status);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Sendrecv_c(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                               recvtype, source, recvtag, comm, status);
-    static atomic_int once;
-    return refuse("MPI_Sendrecv_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Sendrecv_replace_c(void *buf, MPI_Count count, MPI_Datatype datatype, int dest,
-                                  int sendtag, int source, int recvtag, MPI_Comm comm,
-                                  MPI_Status *status)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm,
-                                       status);
-    if (FITS(count))
-        return MPI_Sendrecv_replace(buf, (int)count, datatype, dest, sendtag, source, recvtag, comm,
-                                    status);
-    if (!(DEV(buf)))
-        return PMPI_Sendrecv_replace_c(buf, count, datatype, dest, sendtag, source, recvtag, comm,
-                                       status);
-    static atomic_int once;
-    return refuse("MPI_Sendrecv_replace_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ssend_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest, int tag,
-                       MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ssend_c(buf, count, datatype, dest, tag, comm);
-    if (FITS(count))
-        return MPI_Ssend(buf, (int)count, datatype, dest, tag, comm);
-    if (!(DEV(buf)))
-        return PMPI_Ssend_c(buf, count, datatype, dest, tag, comm);
-    static atomic_int once;
-    return refuse("MPI_Ssend_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Ssend_init_c(const void *buf, MPI_Count count, MPI_Datatype datatype, int dest,
-                            int tag, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request);
-    if (FITS(count))
-        return MPI_Ssend_init(buf, (int)count, datatype, dest, tag, comm, request);
-    if (!(DEV(buf)))
-        return PMPI_Ssend_init_c(buf, count, datatype, dest, tag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Ssend_init_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Unpack_c(const void *inbuf, MPI_Count insize, MPI_Count *position, void *outbuf,
-                        MPI_Count outcount, MPI_Datatype datatype, MPI_Comm comm)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm);
-    if (FITS(insize) && FITS(outcount) && FITS(*position)) {
-        int i_position = (int)*position;
-        int rc = MPI_Unpack(inbuf, (int)insize, &i_position, outbuf, (int)outcount, datatype, comm);
-        *position = i_position;
-        return rc;
-    }
-    if (!(DEV(inbuf) || DEV(outbuf)))
-        return PMPI_Unpack_c(inbuf, insize, position, outbuf, outcount, datatype, comm);
-    static atomic_int once;
-    return refuse("MPI_Unpack_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Unpack_external_c(const char datarep[], const void *inbuf, MPI_Count insize,
-                                 MPI_Count *position, void *outbuf, MPI_Count outcount,
-                                 MPI_Datatype datatype)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype);
-    if (FITS(insize) && FITS(outcount) && FITS(*position)) {
-        MPI_Aint i_position = (MPI_Aint)*position;
-        int rc = MPI_Unpack_external(datarep, inbuf, insize, &i_position, outbuf, (int)outcount,
-                                     datatype);
-        *position = i_position;
-        return rc;
-    }
-    if (!(DEV(inbuf) || DEV(outbuf)))
-        return PMPI_Unpack_external_c(datarep, inbuf, insize, position, outbuf, outcount, datatype);
-    static atomic_int once;
-    return refuse("MPI_Unpack_external_c", &once, TOO_BIG, ERR_COMM(MPI_COMM_WORLD));
-}
-
-EXPORT int MPI_Win_create_c(void *base, MPI_Aint size, MPI_Aint disp_unit, MPI_Info info,
-                            MPI_Comm comm, MPI_Win *win)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Win_create_c(base, size, disp_unit, info, comm, win);
-    if (FITS(disp_unit))
-        return MPI_Win_create(base, size, (int)disp_unit, info, comm, win);
-    if (!(DEV(base)))
-        return PMPI_Win_create_c(base, size, disp_unit, info, comm, win);
-    static atomic_int once;
-    *win = MPI_WIN_NULL;
-    return refuse("MPI_Win_create_c", &once, TOO_BIG, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Isendrecv(const void *sendbuf, int sendcount, MPI_Datatype sendtype, int dest,
-                         int sendtag, void *recvbuf, int recvcount, MPI_Datatype recvtype,
-                         int source, int recvtag, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                              recvtype, source, recvtag, comm, request);
-    if (!(DEV(sendbuf) || DEV(recvbuf)))
-        return PMPI_Isendrecv(sendbuf, sendcount, sendtype, dest, sendtag, recvbuf, recvcount,
-                              recvtype, source, recvtag, comm, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Isendrecv", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Isendrecv_replace(void *buf, int count, MPI_Datatype datatype, int dest, int sendtag,
-                                 int source, int recvtag, MPI_Comm comm, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm,
-                                      request);
-    if (!(DEV(buf)))
-        return PMPI_Isendrecv_replace(buf, count, datatype, dest, sendtag, source, recvtag, comm,
-                                      request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Isendrecv_replace", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Psend_init(const void *buf, int partitions, MPI_Count count, MPI_Datatype datatype,
-                          int dest, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request);
-    if (!(DEV(buf)))
-        return PMPI_Psend_init(buf, partitions, count, datatype, dest, tag, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Psend_init", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Precv_init(void *buf, int partitions, MPI_Count count, MPI_Datatype datatype,
-                          int dest, int tag, MPI_Comm comm, MPI_Info info, MPI_Request *request)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request);
-    if (!(DEV(buf)))
-        return PMPI_Precv_init(buf, partitions, count, datatype, dest, tag, comm, info, request);
-    static atomic_int once;
-    *request = MPI_REQUEST_NULL;
-    return refuse("MPI_Precv_init", &once, NOT_COVERED, ERR_COMM(comm));
-}
-
-EXPORT int MPI_Buffer_attach(void *buffer, int size)
-{
-    if (RK_STG_LIKELY(!rk_stg_active))
-        return PMPI_Buffer_attach(buffer, size);
-    if (!(DEV(buffer)))
-        return PMPI_Buffer_attach(buffer, size);
-    static atomic_int once;
-    return refuse("MPI_Buffer_attach", &once, NOT_COVERED, ERR_COMM(MPI_COMM_WORLD));
-}
+#define FILE_RW(Name, Int, T, Buf)                                                               \
+    HOOK(Name, (MPI_File fh, Buf buf, MPI_Count count, MPI_Datatype dt T##_P),                   \
+         (fh, buf, count, dt T##_A), FITS(count), Int(fh, buf, I(count), dt T##_A), DEV(buf),    \
+         ON_FILE(fh), T##_OUT, TOO_BIG)
+#define FILE_AT(Name, Int, T, Buf)                                                               \
+    HOOK(Name, (MPI_File fh, MPI_Offset off, Buf buf, MPI_Count count, MPI_Datatype dt T##_P),   \
+         (fh, off, buf, count, dt T##_A), FITS(count), Int(fh, off, buf, I(count), dt T##_A),    \
+         DEV(buf), ON_FILE(fh), T##_OUT, TOO_BIG)
+#define RD void *
+#define WR const void *
+FILE_RW(MPI_File_read_c, MPI_File_read, STATUS, RD)
+FILE_RW(MPI_File_read_all_c, MPI_File_read_all, STATUS, RD)
+FILE_RW(MPI_File_read_shared_c, MPI_File_read_shared, STATUS, RD)
+FILE_RW(MPI_File_read_ordered_c, MPI_File_read_ordered, STATUS, RD)
+FILE_RW(MPI_File_write_c, MPI_File_write, STATUS, WR)
+FILE_RW(MPI_File_write_all_c, MPI_File_write_all, STATUS, WR)
+FILE_RW(MPI_File_write_shared_c, MPI_File_write_shared, STATUS, WR)
+FILE_RW(MPI_File_write_ordered_c, MPI_File_write_ordered, STATUS, WR)
+FILE_RW(MPI_File_iread_c, MPI_File_iread, NB, RD)
+FILE_RW(MPI_File_iread_all_c, MPI_File_iread_all, NB, RD)
+FILE_RW(MPI_File_iread_shared_c, MPI_File_iread_shared, NB, RD)
+FILE_RW(MPI_File_iwrite_c, MPI_File_iwrite, NB, WR)
+FILE_RW(MPI_File_iwrite_all_c, MPI_File_iwrite_all, NB, WR)
+FILE_RW(MPI_File_iwrite_shared_c, MPI_File_iwrite_shared, NB, WR)
+FILE_RW(MPI_File_read_all_begin_c, MPI_File_read_all_begin, PLAIN, RD)
+FILE_RW(MPI_File_read_ordered_begin_c, MPI_File_read_ordered_begin, PLAIN, RD)
+FILE_RW(MPI_File_write_all_begin_c, MPI_File_write_all_begin, PLAIN, WR)
+FILE_RW(MPI_File_write_ordered_begin_c, MPI_File_write_ordered_begin, PLAIN, WR)
+FILE_AT(MPI_File_read_at_c, MPI_File_read_at, STATUS, RD)
+FILE_AT(MPI_File_read_at_all_c, MPI_File_read_at_all, STATUS, RD)
+FILE_AT(MPI_File_write_at_c, MPI_File_write_at, STATUS, WR)
+FILE_AT(MPI_File_write_at_all_c, MPI_File_write_at_all, STATUS, WR)
+FILE_AT(MPI_File_iread_at_c, MPI_File_iread_at, NB, RD)
+FILE_AT(MPI_File_iread_at_all_c, MPI_File_iread_at_all, NB, RD)
+FILE_AT(MPI_File_iwrite_at_c, MPI_File_iwrite_at, NB, WR)
+FILE_AT(MPI_File_iwrite_at_all_c, MPI_File_iwrite_at_all, NB, WR)
+FILE_AT(MPI_File_read_at_all_begin_c, MPI_File_read_at_all_begin, PLAIN, RD)
+FILE_AT(MPI_File_write_at_all_begin_c, MPI_File_write_at_all_begin, PLAIN, WR)
 
 #endif /* MPI_VERSION >= 4 */
