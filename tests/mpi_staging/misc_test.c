@@ -115,7 +115,8 @@ static void from_dev(void *h, const void *d, size_t n)
     if (cudaMemcpy(h, d, n, cudaMemcpyDeviceToHost) != cudaSuccess)
         abort();
 #else
-    (void)d, (void)h, (void)n;
+    (void)d; /* no device here: never called (the tests skip), zeros to be defined */
+    memset(h, 0, n);
 #endif
 }
 
