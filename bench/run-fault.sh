@@ -45,7 +45,11 @@ if [ "$asan" = 1 ]; then
     if [ ! -f "$build/Makefile" ]; then
         (cd "$build" && "$src/configure" --without-cuda --disable-mpi-plugin \
             CFLAGS="-g -O1 $san -fno-sanitize-recover=undefined -fno-omit-frame-pointer" \
-            LDFLAGS="$san" >configure.log 2>&1) || { echo "run-fault.sh: configure failed ($build/configure.log)" >&2; exit 2; }
+            LDFLAGS="$san" >configure.log 2>&1) || {
+            echo "run-fault.sh: configure failed ($build/configure.log; a source tree configured in place must be" \
+                 "cleaned first, or use a clean clone)" >&2
+            exit 2
+        }
     fi
     # A small quarantine: the default 256 MiB makes every block fresh pages.
     export ASAN_OPTIONS=${ASAN_OPTIONS:-protect_shadow_gap=0:detect_leaks=1:allocator_may_return_null=1:quarantine_size_mb=8}
