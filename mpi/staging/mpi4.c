@@ -1,5 +1,6 @@
-/* Staging, the MPI 4 calls that take a buffer and that the plugin does not
- * stage itself (MPICH 4; Open MPI 4 has none of them):
+/* Staging, MPI_Buffer_attach (a device buffer refused: MPI writes it) and
+ * the MPI 4 calls that take a buffer and that the plugin does not stage
+ * itself (MPICH 4; Open MPI 4 has none of them):
  *
  *   - the large-count forms (MPI_Send_c ... MPI_File_write_c): while every
  *     count fits an int (and a Pack position, a window's disp_unit), the
@@ -18,8 +19,6 @@
 
 #include <limits.h>
 #include <stdatomic.h>
-
-#if MPI_VERSION >= 4
 
 #define EXPORT RK_MPI_EXPORT
 
@@ -93,6 +92,12 @@ static int refuse(const char *call, atomic_int *once, int why, eh_t eh)
 #define PERS_P , MPI_Info info, MPI_Request *req
 #define PERS_A , info, req
 #define PERS_OUT *req = MPI_REQUEST_NULL
+
+/* MPI's buffer for buffered sends (any MPI version): MPI writes it itself. */
+HOOK(MPI_Buffer_attach, (void *buffer, int size), (buffer, size), 0, 0, DEV(buffer),
+     ON_COMM(MPI_COMM_WORLD), (void)0, NOT_COVERED)
+
+#if MPI_VERSION >= 4
 
 /* ---- point to point ---- */
 
@@ -182,9 +187,6 @@ HOOK(MPI_Precv_init,
      (buf, partitions, count, dt, src, tag, comm, info, req), 0, 0, DEV(buf), ON_COMM(comm),
      *req = MPI_REQUEST_NULL, NOT_COVERED)
 
-/* MPI's buffer for buffered sends: MPI writes it itself. */
-HOOK(MPI_Buffer_attach, (void *buffer, int size), (buffer, size), 0, 0, DEV(buffer),
-     ON_COMM(MPI_COMM_WORLD), (void)0, NOT_COVERED)
 HOOK(MPI_Buffer_attach_c, (void *buffer, MPI_Count size), (buffer, size), 0, 0, DEV(buffer),
      ON_COMM(MPI_COMM_WORLD), (void)0, NOT_COVERED)
 
