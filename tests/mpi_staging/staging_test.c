@@ -1364,16 +1364,23 @@ static void t_ipc(size_t n)
     dev_reset();
 }
 
+/* A collective test's buffer kinds on this rank (send sk, receive rk) and
+ * their name. mixed 0: every rank's buffers on the device; 1: even ranks
+ * device, odd host; 2: sends device, receives host; -1: all host. */
+static const char *coll_kinds(int mixed, int *sk, int *rk)
+{
+    *sk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : mixed == 2 ? DEV : HOST;
+    *rk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : HOST;
+    return mixed == 0   ? "device"
+           : mixed == 1 ? "device/host by rank"
+           : mixed == 2 ? "device to host"
+                        : "host";
+}
+
 static void t_coll(int mixed, size_t n)
 {
-    /* mixed 0: every rank's buffers on the device; 1: even ranks device, odd host;
-     * 2: sends device, receives host; -1: all host. */
-    int sk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : mixed == 2 ? DEV : HOST;
-    int rk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : HOST;
-    const char *mk = mixed == 0   ? "device"
-                     : mixed == 1 ? "device/host by rank"
-                     : mixed == 2 ? "device to host"
-                                  : "host";
+    int sk, rk;
+    const char *mk = coll_kinds(mixed, &sk, &rk);
     g_rank = me;
     int root = np > 1 ? 1 : 0, ok, rc;
     int *h, *s, *r;
@@ -1684,12 +1691,8 @@ static void t_coll(int mixed, size_t n)
 #ifdef PCOLL
 static void t_pcoll(int mixed, size_t n, int inplace)
 {
-    int sk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : mixed == 2 ? DEV : HOST;
-    int rk = mixed == 0 ? DEV : mixed == 1 ? (me % 2 ? HOST : DEV) : HOST;
-    const char *mk = mixed == 0   ? "device"
-                     : mixed == 1 ? "device/host by rank"
-                     : mixed == 2 ? "device to host"
-                                  : "host";
+    int sk, rk;
+    const char *mk = coll_kinds(mixed, &sk, &rk);
     int root = np > 1 ? 1 : 0;
     size_t per = n / (size_t)np ? n / (size_t)np : 1, na = per * (size_t)np;
     int *hs = malloc(n * sizeof(int)), *hb = malloc(n * sizeof(int)),
