@@ -78,7 +78,7 @@ awk '
 /^ok / { okc++ } /^not ok/ { bad++ }
 /AddressSanitizer|UndefinedBehaviorSanitizer|runtime error:/ { san++ }
 END {
-    printf "chains %d, operations %d, failures injected %d, invariants checked %d; TAP ok %d, not ok %d, sanitizer reports %d\n", n, ops, inj, chk, okc, bad, san
+    printf "chains %d, operations %.0f, failures injected %.0f, invariants checked %.0f; TAP ok %d, not ok %d, sanitizer reports %d\n", n, ops, inj, chk, okc, bad, san
     exit (bad || san) ? 1 : 0
 }' "$out"/part*.tap
 rc=$?
