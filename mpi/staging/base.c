@@ -833,7 +833,8 @@ static pthread_mutex_t pool_lock = PTHREAD_MUTEX_INITIALIZER;
 static char *slab;
 static int pool_state; /* 0 not made yet, 1 ready, -1 could not be made */
 static int nchunks;
-static unsigned char *chunk_used; /* 0 free, 1 nonblocking owner, 2 blocking owner */
+static unsigned char *chunk_used; /* 0 free, 1 nonblocking owner, 2 blocking owner,
+                                    3 cut into slices (minis[]) */
 static int held_blocking;         /* chunks held by blocking calls */
 
 /* Buffers above the pool's size (collectives of large counts, messages
@@ -923,7 +924,7 @@ static int mini_get(rk_stg_buf_t *b)
         int c = nminis < MINI_CHUNKS ? find_run(1) : -1;
         if (c < 0)
             return 0;
-        chunk_used[c] = 3;
+        chunk_used[c] = 3; /* slices */
         minis[nminis].chunk = c;
         minis[nminis].used = 0;
         nminis++;

@@ -327,17 +327,14 @@ FAMILY(ALLTOALLW, Neighbor_alltoallw, neighbor_alltoallw)
          Int(obuf, I(ocount), otype, rbuf, I(rcount), rtype, trank, tdisp, I(tcount), ttype, op, \
              win T##_A),                                                                         \
          DEV(obuf) || DEV(rbuf), ON_WIN(win), T##_OUT, TOO_BIG)
-#define RMA_NB_P , MPI_Request *req
-#define RMA_NB_A , req
-#define RMA_NB_OUT *req = MPI_REQUEST_NULL
 PUT(MPI_Put_c, MPI_Put, PLAIN)
-PUT(MPI_Rput_c, MPI_Rput, RMA_NB)
+PUT(MPI_Rput_c, MPI_Rput, NB)
 GET(MPI_Get_c, MPI_Get, PLAIN)
-GET(MPI_Rget_c, MPI_Rget, RMA_NB)
+GET(MPI_Rget_c, MPI_Rget, NB)
 ACC(MPI_Accumulate_c, MPI_Accumulate, PLAIN)
-ACC(MPI_Raccumulate_c, MPI_Raccumulate, RMA_NB)
+ACC(MPI_Raccumulate_c, MPI_Raccumulate, NB)
 GET_ACC(MPI_Get_accumulate_c, MPI_Get_accumulate, PLAIN)
-GET_ACC(MPI_Rget_accumulate_c, MPI_Rget_accumulate, RMA_NB)
+GET_ACC(MPI_Rget_accumulate_c, MPI_Rget_accumulate, NB)
 
 /* A window of device memory: MPI_Win_create refuses it (staging/misc.c). */
 HOOK(MPI_Win_create_c,

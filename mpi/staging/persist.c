@@ -105,11 +105,7 @@ static void empty_status(MPI_Status *st)
 
 /* ---- creation ---- */
 
-/* Make p the request behind a new handle. The arguments are checked first
- * by MPI itself, on a zero-count request of the same kind made and freed at
- * once, so that a bad rank, tag, datatype or communicator is reported here
- * as MPI would. */
-/* A new entry and its handle (p's fields set but key and user). */
+/* A new entry from tmpl (every field but key and user) and its handle. */
 static int pers_add(const pers_t *tmpl, MPI_Request *req)
 {
     static char dummy;
@@ -137,6 +133,10 @@ static int pers_add(const pers_t *tmpl, MPI_Request *req)
     return MPI_SUCCESS;
 }
 
+/* A persistent send or receive of ours. The arguments are checked first by
+ * MPI itself, on a zero-count request of the same kind made and freed at
+ * once, so that a bad rank, tag, datatype or communicator is reported here
+ * as MPI would. */
 static int pers_new(int kind, int mode, const void *buf, int count, MPI_Datatype dt, int peer,
                     int tag, MPI_Comm comm, MPI_Request *req)
 {
